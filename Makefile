@@ -1,0 +1,36 @@
+# The two commands of the README: `make demo` (the main job) and `make test` (every check).
+# Both create .venv from requirements.lock on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: venv demo test lint lock clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
+	touch $@
+
+demo: venv
+	$(BIN)/autoscalerd run --dry-run --config config/replay.yaml
+
+lint: venv
+	$(BIN)/ruff check autoscalerd plugins tests benchmarks
+	$(BIN)/ruff format --check autoscalerd plugins tests benchmarks
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet -e '.[dev]'
+	( echo '# Pinned versions of every package autoscalerd and its tests install (pip constraints).'; \
+	  echo '# Regenerate: make lock'; \
+	  .lock-venv/bin/pip freeze --exclude-editable ) > requirements.lock
+	rm -rf .lock-venv
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,3 @@
+from autoscalerd.cli import main
+
+raise SystemExit(main())

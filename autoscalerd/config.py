@@ -1,0 +1,341 @@
+"""Configuration: pydantic models, YAML loading, and one-line errors that name the YAML path.
+
+The `autoscaling` block takes Ray Serve's `autoscaling_config` field names unchanged, so a
+Ray user can paste theirs; everything else is autoscalerd's own.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+
+class ConfigError(Exception):
+    """A bad configuration. `problems` holds one line per problem: where, what, how to fix."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AutoscalingConfig(_Model):
+    """Ray Serve's `autoscaling_config`, field for field (the ones that shape a decision)."""
+
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(10, ge=1)
+    initial_replicas: int | None = Field(None, ge=0)
+    target_ongoing_requests: float = Field(16.0, gt=0)
+    upscale_delay_s: float = Field(10.0, ge=0)
+    downscale_delay_s: float = Field(300.0, ge=0)
+    downscale_to_zero_delay_s: float | None = Field(None, ge=0)
+    upscaling_factor: float | None = Field(None, gt=0)
+    downscaling_factor: float | None = Field(None, gt=0)
+    smoothing_factor: float = Field(1.0, gt=0, le=1)
+    look_back_period_s: float = Field(30.0, gt=0)
+    # Accepted so that Ray configs paste unchanged; autoscalerd senses every tick instead.
+    metrics_interval_s: float | None = Field(None, gt=0)
+    upscale_smoothing_factor: float | None = Field(None, gt=0)
+    downscale_smoothing_factor: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingConfig:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"max_replicas: must be >= min_replicas ({self.min_replicas})")
+        if self.initial_replicas is not None and not (
+            self.min_replicas <= self.initial_replicas <= self.max_replicas
+        ):
+            raise ValueError(
+                f"initial_replicas: must lie within [min_replicas, max_replicas] "
+                f"([{self.min_replicas}, {self.max_replicas}])"
+            )
+        return self
+
+
+class CapacityConfig(_Model):
+    """How much one replica serves, and how hard to drive it."""
+
+    load_unit: Literal["requests", "tokens"] = "requests"
+    # μ: requests/s (or prompt+output tokens/s) one replica sustains at full load.
+    service_rate_per_replica: float = Field(1.0, gt=0)
+    target_utilization: float = Field(0.8, gt=0, le=1)
+    learn_service_rate: bool = True
+    cold_start_s: float = Field(60.0, ge=0)
+    actuation_delay_s: float = Field(5.0, ge=0)
+    # Backlog Q must drain within this time: adds ⌈Q / (μ·drain_s)⌉ replicas.
+    drain_s: float = Field(30.0, gt=0)
+    # Below this KV-cache usage no derating; above, μ shrinks linearly to half at 100%.
+    kv_cache_derate_above: float = Field(0.9, gt=0, le=1)
+
+
+class ForecastConfig(_Model):
+    enabled: bool = True
+    bucket_s: float = Field(60.0, gt=0)
+    season_length: int = Field(1440, ge=2, description="buckets per season (1440 x 60 s = a day)")
+    seasonal: Literal["add", "mul"] = "add"
+    refit_interval_s: float = Field(3600.0, gt=0)
+    history_seasons: int = Field(3, ge=2, description="seasons kept for the rolling refit")
+    z: float = Field(1.0, ge=0, description="upper bound = forecast + z·σ")
+
+
+class SloConfig(_Model):
+    ttft_p99_s: float | None = Field(None, gt=0)
+    e2e_p99_s: float | None = Field(None, gt=0)
+    queue_wait_s: float | None = Field(None, gt=0)
+
+
+class DeploymentSettings(_Model):
+    """Everything that shapes one deployment's decisions (also the `defaults` block)."""
+
+    autoscaling: AutoscalingConfig = AutoscalingConfig()
+    capacity: CapacityConfig = CapacityConfig()
+    forecast: ForecastConfig = ForecastConfig()
+    slo: SloConfig = SloConfig()
+    max_metric_age_s: float = Field(30.0, gt=0)
+    cooldown_s: float = Field(0.0, ge=0)
+
+
+class DeploymentConfig(DeploymentSettings):
+    # "app/deployment" for Ray Serve; any label for the replay sensor.
+    name: str = Field(min_length=1)
+
+
+class PluginConfig(BaseModel):
+    """A sensor or actuator: `type` picks the plugin, the other keys are its settings."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    type: str = Field(min_length=1)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class ClusterConfig(_Model):
+    dashboard_url: str = "http://127.0.0.1:8265"
+    # Bearer token for the dashboard: this value, else $RAY_AUTH_TOKEN, else token_file.
+    token: str | None = None
+    token_file: str = "~/.ray/auth_token"
+    # Ray's GCS address for the ray_autoscaler actuator (`ray.init(address=...)`).
+    address: str = "auto"
+    # Extra Prometheus endpoints; by default every alive node's MetricsExportPort.
+    metrics_urls: tuple[str, ...] = ()
+    request_timeout_s: float = Field(5.0, gt=0)
+    max_gpus: int | None = Field(None, ge=0)
+
+    def resolve_token(self) -> str | None:
+        if self.token:
+            return self.token
+        env = os.environ.get("RAY_AUTH_TOKEN")
+        if env:
+            return env.strip()
+        path = Path(self.token_file).expanduser()
+        try:
+            return path.read_text().strip() or None
+        except OSError:
+            return None
+
+
+class DiscoveryConfig(_Model):
+    # Manage every Serve application deployed with external_scaler_enabled.
+    enabled: bool = True
+
+
+class HttpConfig(_Model):
+    addr: str = "127.0.0.1:8270"
+    enabled: bool = True
+    # Bearer token for POST /v1/...; this value, else the named env var; none disables them.
+    token: str | None = None
+    token_env: str = "AUTOSCALERD_TOKEN"
+
+    @field_validator("addr")
+    @classmethod
+    def _addr(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:8270")
+        return value
+
+
+class StateConfig(_Model):
+    # File for restart-safe state; default $STATE_DIRECTORY/state.json (systemd), else none.
+    path: str | None = None
+    every_ticks: int = Field(30, ge=1)
+
+
+class Config(_Model):
+    tick_s: float = Field(1.0, gt=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    cluster: ClusterConfig = ClusterConfig()
+    discovery: DiscoveryConfig = DiscoveryConfig()
+    http: HttpConfig = HttpConfig()
+    state: StateConfig = StateConfig()
+    defaults: DeploymentSettings = DeploymentSettings()
+    deployments: tuple[DeploymentConfig, ...] = ()
+    sensors: tuple[PluginConfig, ...] = (PluginConfig(type="ray_serve"),)
+    actuators: tuple[PluginConfig, ...] = (PluginConfig(type="log"),)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Config:
+        seen: set[str] = set()
+        for deployment in self.deployments:
+            if deployment.name in seen:
+                raise ValueError(f"deployment {deployment.name!r} is listed twice")
+            seen.add(deployment.name)
+        return self
+
+    def deployment(self, name: str) -> DeploymentConfig:
+        """The configured deployment, or one built from `defaults` for a discovered one."""
+        for deployment in self.deployments:
+            if deployment.name == name:
+                return deployment
+        return DeploymentConfig(name=name, **dict(self.defaults))
+
+
+# ---------------------------------------------------------------- loading and error text
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a YAML config file; raise ConfigError with one line per problem."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{file}: no such file; pass the path of a YAML config"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{file}: cannot read ({exc}); check the path and permissions"]) from None
+    return parse_config(text, source=str(file))
+
+
+def parse_config(text: str, source: str = "<config>") -> Config:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(
+            [f"{where}: YAML syntax error: {problem}; fix the indentation or quoting there"]
+        ) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError([f"{source}: top level must be a mapping of settings, not a list or value"])
+    merged = _apply_defaults(raw)
+    try:
+        return Config.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError([f"{source}: {line}" for line in _describe(exc, merged)]) from None
+
+
+def _apply_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge the `defaults` block under each listed deployment."""
+    defaults = raw.get("defaults")
+    deployments = raw.get("deployments")
+    if not isinstance(defaults, dict) or not isinstance(deployments, list):
+        return raw
+    out = dict(raw)
+    out["deployments"] = [
+        _deep_merge(defaults, entry) if isinstance(entry, dict) else entry for entry in deployments
+    ]
+    return out
+
+
+def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(base))
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _describe(exc: ValidationError, raw: Any) -> list[str]:
+    lines: list[str] = []
+    for error in exc.errors(include_url=False):
+        loc = list(error["loc"])
+        if error["type"] == "extra_forbidden":
+            lines.append(_unknown_key(loc, raw))
+            continue
+        message = str(error["msg"]).removeprefix("Value error, ")
+        # Model validators report "field: problem"; move the field into the path.
+        if error["type"] == "value_error" and ": " in message:
+            head, _, rest = message.partition(": ")
+            if head.isidentifier():
+                loc.append(head)
+                message = rest
+        lines.append(f"{_path(loc)}: {_fix_hint(error['type'], message, error.get('input'))}")
+    return lines
+
+
+def _unknown_key(loc: list[Any], raw: Any) -> str:
+    key = str(loc[-1])
+    parent = _model_at(loc[:-1])
+    hint = "remove it"
+    if parent is not None:
+        known = list(parent.model_fields)
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+    return f"{_path(loc)}: unknown key; {hint}"
+
+
+def _model_at(loc: list[Any]) -> type[BaseModel] | None:
+    model: type[BaseModel] = Config
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        annotation = field.annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        nxt = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+        if nxt is None:
+            return None
+        model = nxt
+    return model
+
+
+def _path(loc: list[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _fix_hint(kind: str, message: str, value: Any) -> str:
+    shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
+    if kind == "missing":
+        return "required; add it"
+    if kind.startswith(("greater_than", "less_than")) or kind in {"int_parsing", "float_parsing"}:
+        return f"{message.lower()} (got {shown}); change the value"
+    if kind in {"literal_error", "enum"}:
+        return f"{message.lower()} (got {shown})"
+    if kind in {"model_type", "model_attributes_type", "dict_type"}:
+        return f"must be a mapping of settings (got {shown})"
+    if kind in {"tuple_type", "list_type"}:
+        return f"must be a list (got {shown})"
+    return message

@@ -1,0 +1,1 @@
+"""autoscalerd.decide.baselines."""

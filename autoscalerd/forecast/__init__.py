@@ -1,0 +1,1 @@
+"""Arrival-rate forecasting: Holt-Winters with Holt and EWMA fallbacks, plus baselines."""

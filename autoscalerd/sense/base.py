@@ -1,0 +1,38 @@
+"""The sensor seam: anything that turns the outside world into Observations."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from autoscalerd.model import Observation
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentInfo:
+    """What the platform says about a deployment, beyond load: identity and replica shape."""
+
+    name: str  # "app/deployment"
+    app: str = ""
+    deployment: str = ""
+    external_scaler_enabled: bool = True
+    max_ongoing_requests: int | None = None
+    # Resources one replica asks for, e.g. {"CPU": 1, "GPU": 4}.
+    resources_per_replica: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SenseResult:
+    observations: Mapping[str, Observation]
+    deployments: Mapping[str, DeploymentInfo]
+    # Sensor-level failure (e.g. dashboard unreachable): one line, no secrets.
+    error: str | None = None
+
+
+class Sensor(Protocol):
+    name: str
+
+    async def sense(self, now_s: float) -> SenseResult: ...
+
+    async def close(self) -> None: ...

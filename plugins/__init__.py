@@ -1,0 +1,1 @@
+"""First-party actuator plugins, registered through the `autoscalerd.actuators` entry points."""
