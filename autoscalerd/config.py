@@ -81,6 +81,9 @@ class CapacityConfig(_Model):
     actuation_delay_s: float = Field(5.0, ge=0)
     # Backlog Q must drain within this time: adds ⌈Q / (μ·drain_s)⌉ replicas.
     drain_s: float = Field(30.0, gt=0)
+    # The reactive floor: the arrival rate over this short window counts even when the
+    # forecast missed a burst.
+    reactive_window_s: float = Field(10.0, gt=0)
     # Below this KV-cache usage no derating; above, μ shrinks linearly to half at 100%.
     kv_cache_derate_above: float = Field(0.9, gt=0, le=1)
 
@@ -220,7 +223,9 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     except FileNotFoundError:
         raise ConfigError([f"{file}: no such file; pass the path of a YAML config"]) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"{file}: cannot read ({exc}); check the path and permissions"]) from None
+        raise ConfigError(
+            [f"{file}: cannot read ({exc}); check the path and permissions"]
+        ) from None
     return parse_config(text, source=str(file))
 
 
@@ -237,7 +242,9 @@ def parse_config(text: str, source: str = "<config>") -> Config:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError([f"{source}: top level must be a mapping of settings, not a list or value"])
+        raise ConfigError(
+            [f"{source}: top level must be a mapping of settings, not a list or value"]
+        )
     merged = _apply_defaults(raw)
     try:
         return Config.model_validate(merged)

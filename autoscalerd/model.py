@@ -145,6 +145,7 @@ class DeploymentState:
     # Rate samples (time, arrivals per s) over look_back_period_s, oldest first.
     rate_samples: tuple[tuple[float, float], ...] = ()
     last_action_at_s: float | None = None
+    last_decided_at_s: float | None = None
     last_arrival_at_s: float | None = None
     # Since when fresh data has been seen without a gap (restart and outage protection).
     fresh_since_s: float | None = None

@@ -1,0 +1,204 @@
+"""Command line: run | check-config | backtest | demo | version.
+
+Exit codes: 0 ok, 1 runtime failure, 2 bad usage or bad config. Errors are one line on
+stderr; a traceback is shown only with AUTOSCALERD_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from autoscalerd import __version__, logs
+from autoscalerd.config import Config, ConfigError, HttpConfig, load_config
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are one line and exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"autoscalerd: {message}; see `{self.prog} --help`\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="autoscalerd", description="Predictive, SLO-guarded autoscaler for Ray Serve."
+    )
+    parser.add_argument("--version", action="version", version=f"autoscalerd {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run the control loop")
+    run.add_argument("--config", required=True, metavar="FILE", help="YAML config file")
+    run.add_argument(
+        "--dry-run", action="store_true", help="decide and record, actuate nothing (shadow mode)"
+    )
+    run.add_argument(
+        "--speed",
+        type=_positive_float,
+        default=None,
+        metavar="N",
+        help="replay sensors only: N trace seconds per wall second (default: as fast as possible)",
+    )
+    run.add_argument(
+        "--http-addr", metavar="HOST:PORT", help="serve /metrics, /healthz, /v1/... here"
+    )
+    run.add_argument(
+        "--log-format", choices=("json", "console"), help="default: json unless stdout is a TTY"
+    )
+
+    check = sub.add_parser("check-config", help="validate a config file (exit 0 valid, 2 invalid)")
+    check.add_argument("file", metavar="FILE")
+
+    sub.add_parser("version", help="print the version")
+
+    try:
+        from autoscalerd.sim import cli as backtest_cli
+    except ImportError:
+        backtest_cli = None  # type: ignore[assignment]
+    if backtest_cli is not None:
+        backtest_cli.add_parser(sub)
+    return parser
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 (got {text})")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "check-config":
+            return _check_config(args.file)
+        if args.command == "version":
+            print(f"autoscalerd {__version__}")
+            return EXIT_OK
+        if args.command == "backtest":
+            from autoscalerd.sim import cli as backtest_cli
+
+            return int(backtest_cli.run(args))
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as exc:
+        for line in exc.problems:
+            print(f"autoscalerd: {line}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except Exception as exc:
+        if os.environ.get("AUTOSCALERD_DEBUG"):
+            traceback.print_exc()
+        print(
+            f"autoscalerd: {type(exc).__name__}: {exc} (set AUTOSCALERD_DEBUG=1 for details)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+
+
+def _check_config(path: str) -> int:
+    config = load_config(path)
+    # Plugins named in the config must exist too: a typo there is a config error.
+    from autoscalerd.act import registry
+
+    problems = []
+    for group, plugins, where in (
+        (registry.SENSOR_GROUP, config.sensors, "sensors"),
+        (registry.ACTUATOR_GROUP, config.actuators, "actuators"),
+    ):
+        for index, plugin in enumerate(plugins):
+            if plugin.type not in registry.available(group):
+                known = ", ".join(registry.available(group))
+                problems.append(
+                    f"{path}: {where}[{index}].type: unknown plugin {plugin.type!r}; installed: {known}"
+                )
+    if problems:
+        raise ConfigError(problems)
+    names = ", ".join(d.name for d in config.deployments) or "none listed"
+    print(
+        f"{path}: ok ({len(config.deployments)} deployment(s): {names}; discovery {'on' if config.discovery.enabled else 'off'})"
+    )
+    return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    if args.http_addr:
+        try:
+            http = HttpConfig.model_validate({**config.http.model_dump(), "addr": args.http_addr})
+        except Exception:
+            raise ConfigError(
+                [f"--http-addr: must be HOST:PORT, e.g. 127.0.0.1:8270 (got {args.http_addr!r})"]
+            ) from None
+        config = config.model_copy(update={"http": http})
+    logs.configure(
+        config.log_level, json={"json": True, "console": False}.get(args.log_format or "")
+    )
+    return asyncio.run(_serve(config, args))
+
+
+async def _serve(config: Config, args: argparse.Namespace) -> int:
+    from autoscalerd.act import registry
+    from autoscalerd.act.base import ActuatorContext
+    from autoscalerd.act.shadow import ShadowActuator
+    from autoscalerd.clock import Clock, RealClock, VirtualClock
+    from autoscalerd.loop import Controller
+
+    log = logs.get("autoscalerd")
+    sensors = registry.build_sensors(config)
+    starts = [getattr(s, "start_s", None) for s in sensors]
+    replay = bool(sensors) and all(start is not None for start in starts)
+    clock: Clock = (
+        VirtualClock(min(s for s in starts if s is not None), args.speed) if replay else RealClock()
+    )
+    actuators: list[Any]
+    if args.dry_run:
+        actuators = [ShadowActuator(replaced=[p.type for p in config.actuators])]
+    else:
+        actuators = registry.build_actuators(config, ActuatorContext(config=config, dry_run=False))
+    controller = Controller(
+        config, sensors, actuators, clock, inline_refit=replay, dry_run=args.dry_run
+    )
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, controller.stop)
+    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(controller, args.config))
+    log.info(
+        "started",
+        version=__version__,
+        config=args.config,
+        dry_run=args.dry_run,
+        clock="virtual" if replay else "real",
+        sensors=[getattr(s, "name", "?") for s in sensors],
+        actuators=[getattr(a, "name", "?") for a in actuators],
+    )
+    await controller.run()
+    log.info("stopped", ticks=controller.ticks_completed, finished=controller.finished())
+    return EXIT_OK
+
+
+def _reload(controller: Any, path: str) -> None:
+    log = logs.get("autoscalerd")
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        log.error("reload_rejected", config=path, problems=exc.problems)
+        return
+    controller.reload(config)
+    log.info("reloaded", config=path)

@@ -1,0 +1,86 @@
+"""The arithmetic of sizing: rates over windows, the service rate μ, and replica counts.
+
+Pure functions, no state of their own: the policy passes windows in and gets numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+# A tolerance so that 3.0000000001 replicas stays 3, not 4.
+_EPSILON = 1e-9
+
+
+def ceil_replicas(value: float) -> int:
+    return max(0, math.ceil(value - _EPSILON))
+
+
+def window(
+    samples: Sequence[tuple[float, float]], now_s: float, window_s: float
+) -> tuple[tuple[float, float], ...]:
+    """The samples no older than `window_s` (oldest first), as a new tuple."""
+    cutoff_s = now_s - window_s
+    start = 0
+    while start < len(samples) and samples[start][0] < cutoff_s:
+        start += 1
+    return tuple(samples[start:])
+
+
+def mean_rate(
+    samples: Sequence[tuple[float, float]], now_s: float, window_s: float
+) -> float | None:
+    values = [rate for at_s, rate in samples if at_s >= now_s - window_s]
+    if not values:
+        return None
+    return sum(values) / len(values)
+
+
+def learn_service_rate(
+    previous_per_s: float | None,
+    prior_per_s: float,
+    completions_per_s: float,
+    running_replicas: float,
+    weight: float = 0.1,
+) -> float:
+    """EWMA of completions per replica while saturated, clamped to [prior/4, 4·prior].
+
+    Only valid while replicas are saturated (a queue exists): otherwise completions
+    measure demand, not capacity, and learning would shrink μ in every quiet hour.
+    """
+    sample_per_s = completions_per_s / running_replicas
+    base_per_s = prior_per_s if previous_per_s is None else previous_per_s
+    learned_per_s = (1 - weight) * base_per_s + weight * sample_per_s
+    return min(4 * prior_per_s, max(prior_per_s / 4, learned_per_s))
+
+
+def derate(
+    kv_cache_usage_ratio: float | None, gpu_health_ratio: float | None, above: float
+) -> float:
+    """Capacity factor in (0, 1]: KV-cache pressure above `above` halves μ linearly at 100%."""
+    factor = 1.0
+    if kv_cache_usage_ratio is not None and kv_cache_usage_ratio > above and above < 1.0:
+        pressure = min(1.0, (kv_cache_usage_ratio - above) / (1.0 - above))
+        factor *= 1.0 - 0.5 * pressure
+    if gpu_health_ratio is not None:
+        factor *= min(1.0, max(0.1, gpu_health_ratio))
+    return factor
+
+
+def replicas_for_rate(
+    arrival_rate_per_s: float, service_rate_per_s: float, target_utilization: float
+) -> int:
+    """⌈λ / (ρ·μ)⌉."""
+    return ceil_replicas(arrival_rate_per_s / (target_utilization * service_rate_per_s))
+
+
+def replicas_for_backlog(queued: float, service_rate_per_s: float, drain_s: float) -> int:
+    """⌈Q / (μ·drain_s)⌉: enough extra replicas to drain the queue within drain_s."""
+    if queued <= 0:
+        return 0
+    return ceil_replicas(queued / (service_rate_per_s * drain_s))
+
+
+def replicas_for_concurrency(ongoing: float, target_ongoing_requests: float) -> int:
+    """Ray Serve's rule: ⌈ongoing / target_ongoing_requests⌉."""
+    return ceil_replicas(ongoing / target_ongoing_requests)

@@ -1,0 +1,431 @@
+"""The controller: each tick, sense -> decide -> act for every managed deployment.
+
+The imperative shell around the pure core. Nothing a single sensor, deployment or
+actuator does may stop the loop: each failure is logged once per change, counted, and
+the rest carry on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from autoscalerd import logs
+from autoscalerd.act.base import Actuation, ActuationResult
+from autoscalerd.clock import Clock
+from autoscalerd.config import Config, DeploymentConfig
+from autoscalerd.decide import policy
+from autoscalerd.decide.capacity import replicas_for_rate
+from autoscalerd.forecast import holt_winters
+from autoscalerd.model import Decision, DeploymentState, Observation, Reading, Reason
+from autoscalerd.sense.base import DeploymentInfo, SenseResult
+
+
+@dataclass
+class DeploymentRuntime:
+    """The shell's view of one deployment: its state plus what the operator set."""
+
+    name: str
+    config: DeploymentConfig
+    state: DeploymentState
+    info: DeploymentInfo | None = None
+    last_observation: Observation | None = None
+    last_decision: Decision | None = None
+    last_error: str | None = None
+    paused: bool = False
+    override_replicas: int | None = None
+    override_until_s: float | None = None
+    refit_in_flight: bool = False
+
+
+@dataclass
+class TickReport:
+    """What one tick did, for listeners (metrics, sd_notify, the demo view)."""
+
+    started_at_s: float
+    duration_s: float
+    decisions: list[Decision] = field(default_factory=list)
+    results: list[ActuationResult] = field(default_factory=list)
+    sensor_errors: dict[str, str] = field(default_factory=dict)
+    deployment_errors: dict[str, str] = field(default_factory=dict)
+
+
+TickListener = Callable[["Controller", TickReport], None]
+
+
+def merge_observations(name: str, now_s: float, observations: Sequence[Observation]) -> Observation:
+    """One Observation from several sensors: for each field, the freshest known reading."""
+    merged: dict[str, Any] = {}
+    for obs in observations:
+        for f in fields(obs):
+            value = getattr(obs, f.name)
+            if isinstance(value, Reading):
+                known = merged.get(f.name)
+                if known is None or value.at_s > known.at_s:
+                    merged[f.name] = value
+    return Observation(deployment=name, sensed_at_s=now_s, **merged)
+
+
+class Controller:
+    def __init__(
+        self,
+        config: Config,
+        sensors: Sequence[Any],
+        actuators: Sequence[Any],
+        clock: Clock,
+        *,
+        inline_refit: bool = False,
+        dry_run: bool = False,
+    ) -> None:
+        self.config = config
+        self.sensors = list(sensors)
+        self.actuators = list(actuators)
+        self.clock = clock
+        self.dry_run = dry_run
+        # Virtual time replays refit in line (deterministic); real time refits in a process
+        # so the statsmodels fit never stalls the event loop.
+        self.inline_refit = inline_refit
+        self.deployments: dict[str, DeploymentRuntime] = {}
+        self.listeners: list[TickListener] = []
+        self.ticks_completed = 0
+        self.last_tick_at_s: float | None = None
+        self.last_tick_monotonic_s: float | None = None
+        self.sensor_errors: dict[str, str] = {}
+        self._stop = asyncio.Event()
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._log = logs.get("autoscalerd.loop")
+        self._reported: dict[tuple[str, str], str] = {}
+        self.last_refit_duration_s: float | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def finished(self) -> bool:
+        """True when every sensor is a finite replay that has run out."""
+        return bool(self.sensors) and all(getattr(s, "finished", False) for s in self.sensors)
+
+    async def run(self) -> None:
+        tick_s = self.config.tick_s
+        deadline_s = self.clock.now_s()
+        try:
+            while not self._stop.is_set():
+                await self.tick(deadline_s)
+                if self.finished():
+                    break
+                deadline_s += tick_s
+                now_s = self.clock.now_s()
+                if now_s > deadline_s + tick_s:
+                    # Overran by more than a tick: skip the missed ticks rather than burst.
+                    deadline_s = now_s
+                await self._sleep_or_stop(deadline_s)
+        finally:
+            await self.close()
+
+    async def _sleep_or_stop(self, deadline_s: float) -> None:
+        sleeper = asyncio.ensure_future(self.clock.sleep_until(deadline_s))
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeper, stopper):
+                task.cancel()
+            await asyncio.gather(sleeper, stopper, return_exceptions=True)
+
+    async def close(self) -> None:
+        for component in [*self.sensors, *self.actuators]:
+            try:
+                await component.close()
+            except Exception as exc:
+                self._log.warning(
+                    "close_failed", component=getattr(component, "name", "?"), error=str(exc)
+                )
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def reload(self, config: Config) -> None:
+        """Apply a new, already validated config; each deployment keeps its state."""
+        self.config = config
+        for runtime in self.deployments.values():
+            runtime.config = config.deployment(runtime.name)
+
+    # ------------------------------------------------------------------ one tick
+
+    async def tick(self, now_s: float) -> TickReport:
+        started = time.monotonic()
+        report = TickReport(started_at_s=now_s, duration_s=0.0)
+        sensed = await self._sense(now_s, report)
+        actuations: list[Actuation] = []
+        for name in self._managed(sensed):
+            try:
+                actuation = self._decide_one(name, sensed, now_s)
+            except Exception as exc:  # one deployment's failure must not stop the others
+                report.deployment_errors[name] = f"{type(exc).__name__}: {exc}"
+                self._report_change(
+                    ("deployment", name), f"{type(exc).__name__}: {exc}", "decide_failed"
+                )
+                continue
+            self._report_change(("deployment", name), "", "decide_recovered")
+            if actuation is not None:
+                actuations.append(actuation)
+                report.decisions.append(actuation.decision)
+        report.results = await self._act(actuations)
+        report.duration_s = time.monotonic() - started
+        self.ticks_completed += 1
+        self.last_tick_at_s = now_s
+        self.last_tick_monotonic_s = time.monotonic()
+        for listener in self.listeners:
+            try:
+                listener(self, report)
+            except Exception as exc:
+                self._log.warning("listener_failed", error=f"{type(exc).__name__}: {exc}")
+        return report
+
+    async def _sense(
+        self, now_s: float, report: TickReport
+    ) -> dict[str, tuple[list[Observation], DeploymentInfo | None]]:
+        timeout_s = max(1.0, 0.8 * self.config.tick_s)
+        results = await asyncio.gather(
+            *(asyncio.wait_for(sensor.sense(now_s), timeout_s) for sensor in self.sensors),
+            return_exceptions=True,
+        )
+        sensed: dict[str, tuple[list[Observation], DeploymentInfo | None]] = {}
+        for sensor, result in zip(self.sensors, results, strict=True):
+            name = getattr(sensor, "name", type(sensor).__name__)
+            if isinstance(result, BaseException):
+                error = (
+                    "timed out"
+                    if isinstance(result, TimeoutError)
+                    else f"{type(result).__name__}: {result}"
+                )
+            else:
+                error = (
+                    result.error if isinstance(result, SenseResult) else "returned no SenseResult"
+                )
+            if error:
+                report.sensor_errors[name] = error
+                self.sensor_errors[name] = error
+            else:
+                self.sensor_errors.pop(name, None)
+            self._report_change(
+                ("sensor", name), error or "", "sensor_failed" if error else "sensor_recovered"
+            )
+            if not isinstance(result, SenseResult):
+                continue
+            for dep_name, info in result.deployments.items():
+                observations, _ = sensed.get(dep_name, ([], None))
+                sensed[dep_name] = (observations, info)
+            for dep_name, obs in result.observations.items():
+                observations, info = sensed.get(dep_name, ([], None))
+                observations.append(obs)
+                sensed[dep_name] = (observations, info)
+        return sensed
+
+    def _managed(
+        self, sensed: dict[str, tuple[list[Observation], DeploymentInfo | None]]
+    ) -> list[str]:
+        names = [d.name for d in self.config.deployments]
+        if self.config.discovery.enabled:
+            for name, (_, info) in sensed.items():
+                if name not in names and (info is None or info.external_scaler_enabled):
+                    names.append(name)
+        return names
+
+    def _decide_one(
+        self,
+        name: str,
+        sensed: dict[str, tuple[list[Observation], DeploymentInfo | None]],
+        now_s: float,
+    ) -> Actuation | None:
+        observations, info = sensed.get(name, ([], None))
+        obs = merge_observations(name, now_s, observations)
+        runtime = self.deployments.get(name)
+        if runtime is None:
+            cfg = self.config.deployment(name)
+            platform = obs.platform_target_replicas
+            current = int(platform.value) if platform is not None else None
+            runtime = DeploymentRuntime(
+                name=name, config=cfg, state=policy.initial_state(cfg, now_s, current)
+            )
+            self.deployments[name] = runtime
+            self._log.info(
+                "deployment_managed", deployment=name, replicas=runtime.state.target_replicas
+            )
+        if info is not None:
+            runtime.info = info
+        runtime.last_observation = obs
+        self._maybe_refit(runtime, now_s)
+        decision, runtime.state = policy.decide(obs, runtime.state, runtime.config, now_s)
+        decision = self._apply_operator(runtime, decision, now_s)
+        runtime.last_decision = decision
+        if decision.changed:
+            self._log.info(
+                "decision",
+                deployment=name,
+                target=decision.target_replicas,
+                previous=decision.previous_replicas,
+                reasons=[r.value for r in decision.reasons],
+                dry_run=self.dry_run,
+                **{
+                    k: v
+                    for k, v in decision.as_dict().items()
+                    if k not in {"deployment", "reasons", "target_replicas", "previous_replicas"}
+                    and v not in (None, [])
+                },
+            )
+        else:
+            self._log.debug(
+                "decision",
+                deployment=name,
+                target=decision.target_replicas,
+                reasons=[r.value for r in decision.reasons],
+            )
+        if runtime.paused:
+            return None
+        headroom = 0
+        if (
+            decision.arrival_rate_upper_per_s is not None
+            and decision.service_rate_per_replica_per_s
+        ):
+            headroom = max(
+                0,
+                replicas_for_rate(
+                    decision.arrival_rate_upper_per_s,
+                    decision.service_rate_per_replica_per_s,
+                    runtime.config.capacity.target_utilization,
+                )
+                - decision.target_replicas,
+            )
+        return Actuation(decision=decision, info=runtime.info, headroom_replicas=headroom)
+
+    def _apply_operator(
+        self, runtime: DeploymentRuntime, decision: Decision, now_s: float
+    ) -> Decision:
+        """Pause and override are the operator's; they sit on top of the policy's decision."""
+        if runtime.override_replicas is not None:
+            if runtime.override_until_s is not None and now_s >= runtime.override_until_s:
+                runtime.override_replicas = runtime.override_until_s = None
+            else:
+                target = runtime.override_replicas
+                runtime.state = runtime.state.with_(target_replicas=target)
+                return replace(
+                    decision, target_replicas=target, reasons=(*decision.reasons, Reason.OVERRIDE)
+                )
+        if runtime.paused:
+            # Hold what is running; the policy keeps learning (rates, forecast) meanwhile.
+            runtime.state = runtime.state.with_(target_replicas=decision.previous_replicas)
+            return replace(
+                decision,
+                target_replicas=decision.previous_replicas,
+                reasons=(*decision.reasons, Reason.PAUSED),
+            )
+        return decision
+
+    def _maybe_refit(self, runtime: DeploymentRuntime, now_s: float) -> None:
+        cfg = runtime.config
+        if not cfg.forecast.enabled or runtime.refit_in_flight:
+            return
+        if not holt_winters.refit_due(runtime.state.forecaster, now_s, cfg.forecast):
+            return
+        if self.inline_refit:
+            runtime.state = policy.refit_forecaster(runtime.state, cfg, now_s)
+            return
+        if self._pool is None:
+            self._pool = concurrent.futures.ProcessPoolExecutor(max_workers=1)
+        history = runtime.state.forecaster.history
+        runtime.refit_in_flight = True
+        started = time.monotonic()
+        future = asyncio.get_running_loop().run_in_executor(
+            self._pool, holt_winters.fit, history, cfg.forecast
+        )
+
+        def installed(done: asyncio.Future[holt_winters.FittedModel]) -> None:
+            runtime.refit_in_flight = False
+            try:
+                model = done.result()
+            except Exception as exc:
+                self._log.warning(
+                    "refit_failed", deployment=runtime.name, error=f"{type(exc).__name__}: {exc}"
+                )
+                return
+            fitted_at_s = self.clock.now_s()
+            runtime.state = runtime.state.with_(
+                forecaster=holt_winters.install_fit(runtime.state.forecaster, model, fitted_at_s)
+            )
+            self.last_refit_duration_s = time.monotonic() - started
+            self._log.info(
+                "refit",
+                deployment=runtime.name,
+                method=model.method,
+                duration_s=round(self.last_refit_duration_s, 3),
+            )
+
+        future.add_done_callback(installed)
+
+    async def _act(self, actuations: list[Actuation]) -> list[ActuationResult]:
+        if not actuations:
+            return []
+        timeout_s = max(2.0, 0.8 * self.config.tick_s)
+        results = await asyncio.gather(
+            *(
+                asyncio.wait_for(actuator.apply(actuations), timeout_s)
+                for actuator in self.actuators
+            ),
+            return_exceptions=True,
+        )
+        out: list[ActuationResult] = []
+        for actuator, result in zip(self.actuators, results, strict=True):
+            name = getattr(actuator, "name", type(actuator).__name__)
+            if isinstance(result, BaseException):
+                kind = "timeout" if isinstance(result, TimeoutError) else "error"
+                message = "timed out" if kind == "timeout" else f"{type(result).__name__}: {result}"
+                for actuation in actuations:
+                    out.append(
+                        ActuationResult(
+                            actuation.decision.deployment,
+                            name,
+                            ok=False,
+                            error_kind=kind,
+                            message=message,
+                        )
+                    )
+                self._report_change(("actuator", name), message, "actuator_failed")
+                continue
+            out.extend(result)
+            for item in result:
+                key = ("actuation", f"{name}:{item.deployment}")
+                self._report_change(
+                    key,
+                    "" if item.ok else f"{item.error_kind}: {item.message}",
+                    "actuation_failed" if not item.ok else "actuation_recovered",
+                )
+                if item.ok and not item.skipped:
+                    runtime = self.deployments.get(item.deployment)
+                    if runtime is not None:
+                        runtime.last_error = None
+                elif not item.ok:
+                    runtime = self.deployments.get(item.deployment)
+                    if runtime is not None:
+                        runtime.last_error = f"{name}: {item.error_kind}: {item.message}"
+        return out
+
+    def _report_change(self, key: tuple[str, str], error: str, event: str) -> None:
+        """Log a failure when it starts or changes, and a recovery once: not every tick."""
+        previous = self._reported.get(key, "")
+        if error == previous:
+            return
+        self._reported[key] = error
+        if error:
+            self._log.error(event, source=key[0], name=key[1], error=error)
+        elif previous:
+            self._log.info(event, source=key[0], name=key[1])
