@@ -125,14 +125,14 @@ def _check_config(path: str) -> int:
             if plugin.type not in registry.available(group):
                 known = ", ".join(registry.available(group))
                 problems.append(
-                    f"{path}: {where}[{index}].type: unknown plugin {plugin.type!r}; installed: {known}"
+                    f"{path}: {where}[{index}].type: unknown plugin {plugin.type!r}; "
+                    f"installed: {known}"
                 )
     if problems:
         raise ConfigError(problems)
     names = ", ".join(d.name for d in config.deployments) or "none listed"
-    print(
-        f"{path}: ok ({len(config.deployments)} deployment(s): {names}; discovery {'on' if config.discovery.enabled else 'off'})"
-    )
+    discovery = "on" if config.discovery.enabled else "off"
+    print(f"{path}: ok ({len(config.deployments)} deployment(s): {names}; discovery {discovery})")
     return EXIT_OK
 
 

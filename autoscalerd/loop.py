@@ -202,6 +202,7 @@ class Controller:
         sensed: dict[str, tuple[list[Observation], DeploymentInfo | None]] = {}
         for sensor, result in zip(self.sensors, results, strict=True):
             name = getattr(sensor, "name", type(sensor).__name__)
+            error: str | None
             if isinstance(result, BaseException):
                 error = (
                     "timed out"
@@ -226,9 +227,9 @@ class Controller:
                 observations, _ = sensed.get(dep_name, ([], None))
                 sensed[dep_name] = (observations, info)
             for dep_name, obs in result.observations.items():
-                observations, info = sensed.get(dep_name, ([], None))
+                observations, known_info = sensed.get(dep_name, ([], None))
                 observations.append(obs)
-                sensed[dep_name] = (observations, info)
+                sensed[dep_name] = (observations, known_info)
         return sensed
 
     def _managed(

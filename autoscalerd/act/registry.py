@@ -1,4 +1,4 @@
-"""Plugin discovery: sensors and actuators are found through entry points, never imported by name."""
+"""Plugin discovery: sensors and actuators come from entry points, never imported by name."""
 
 from __future__ import annotations
 

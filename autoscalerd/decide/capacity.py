@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeVar
+
+_Value = TypeVar("_Value", int, float)
 
 # A tolerance so that 3.0000000001 replicas stays 3, not 4.
 _EPSILON = 1e-9
@@ -17,8 +20,8 @@ def ceil_replicas(value: float) -> int:
 
 
 def window(
-    samples: Sequence[tuple[float, float]], now_s: float, window_s: float
-) -> tuple[tuple[float, float], ...]:
+    samples: Sequence[tuple[float, _Value]], now_s: float, window_s: float
+) -> tuple[tuple[float, _Value], ...]:
     """The samples no older than `window_s` (oldest first), as a new tuple."""
     cutoff_s = now_s - window_s
     start = 0

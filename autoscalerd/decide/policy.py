@@ -7,7 +7,7 @@ can be explained from the log alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autoscalerd.config import DeploymentConfig
 from autoscalerd.decide import capacity, stabilize
@@ -89,6 +89,9 @@ def decide(
     )
     rate_obs = capacity.mean_rate(rate_samples, now_s, a.look_back_period_s)
     rate_short = capacity.mean_rate(rate_samples, now_s, cfg.capacity.reactive_window_s)
+    if inputs.load_rate_per_s is None:
+        # The window's older samples were fresh once; sizing on them now would act on stale data.
+        rate_obs = rate_short = None
     last_arrival_at_s = state.last_arrival_at_s
     if (inputs.arrival_rate_per_s or 0.0) > 0 or (inputs.ongoing or 0.0) + (
         inputs.queued or 0.0
@@ -165,8 +168,10 @@ def decide(
         reasons.append(Reason.SLO_BREACH)
         replicas_raw = max(replicas_raw if replicas_raw is not None else 0, current + 1)
 
-    decision_kwargs = dict(
+    base = Decision(
         deployment=obs.deployment,
+        target_replicas=current,
+        reasons=(),
         decided_at_s=now_s,
         previous_replicas=current,
         arrival_rate_obs_per_s=rate_obs,
@@ -192,19 +197,20 @@ def decide(
         last_decided_at_s=now_s,
     )
 
-    # 8 (first, because it short-circuits). Fail static: nothing fresh to act on -> hold.
+    # 8 (first, because it short-circuits). Fail static: nothing fresh to act on -> hold,
+    # except that the configured bounds always hold (an operator lowering max_replicas).
     if replicas_raw is None:
-        decision = Decision(
-            target_replicas=current, reasons=(Reason.STALE_DATA,), **decision_kwargs
-        )  # type: ignore[arg-type]
-        return decision, next_state
+        target, bound_reasons = stabilize.apply_bounds(current, a)
+        return _finish(
+            target, [Reason.STALE_DATA, *bound_reasons], base, next_state, now_s, current
+        )
 
     # 7b. Activation from zero: the first request gets a replica at once, bypassing delays.
     if current == 0 and replicas_raw > 0:
         target, _ = stabilize.apply_bounds(max(1, replicas_raw), a)
         target = max(1, target)
         reasons.append(Reason.ACTIVATE_FROM_ZERO)
-        return _finish(target, reasons, decision_kwargs, next_state, now_s, float(replicas_raw))
+        return _finish(target, reasons, base, next_state, now_s, float(replicas_raw))
 
     # 6. Stabilise: EMA, then the windowed delays, then the step limits.
     smoothed = stabilize.smooth(replicas_raw, state.smoothed_replicas, a.smoothing_factor)
@@ -218,7 +224,7 @@ def decide(
 
     if breached and recommendation > current:
         # The SLO is already broken: waiting out upscale_delay_s would only prolong it.
-        wanted, delay_reasons = recommendation, ()
+        wanted, delay_reasons = recommendation, tuple[Reason, ...]()
     else:
         wanted, delay_reasons = stabilize.apply_delays(current, recommendations, now_s, a, tick_s)
     reasons.extend(delay_reasons)
@@ -240,13 +246,13 @@ def decide(
         reasons.append(Reason.SCALE_TO_ZERO)
     target, bound_reasons = stabilize.apply_bounds(wanted, a)
     reasons.extend(bound_reasons)
-    return _finish(target, reasons, decision_kwargs, next_state, now_s, smoothed)
+    return _finish(target, reasons, base, next_state, now_s, smoothed)
 
 
 def _finish(
     target: int,
     reasons: list[Reason],
-    decision_kwargs: dict[str, object],
+    base: Decision,
     next_state: DeploymentState,
     now_s: float,
     smoothed: float,
@@ -258,12 +264,12 @@ def _finish(
         reasons.append(Reason.SCALE_DOWN)
     else:
         reasons.append(Reason.STEADY)
-    decision = Decision(
+    decision = replace(
+        base,
         target_replicas=target,
         reasons=tuple(dict.fromkeys(reasons)),
         replicas_smoothed=smoothed,
         replicas_stabilized=target,
-        **decision_kwargs,  # type: ignore[arg-type]
     )
     if target != current:
         next_state = next_state.with_(target_replicas=target, last_action_at_s=now_s)

@@ -73,7 +73,8 @@ class ReplaySensor:
         if header is None or tuple(h.strip() for h in header[:3]) != AZURE_HEADER:
             raise ConfigError(
                 [
-                    f"path: {self.path}:1: expected header {','.join(AZURE_HEADER)}, got {header!r}; "
+                    f"path: {self.path}:1: expected header {','.join(AZURE_HEADER)}, "
+                    f"got {header!r}; "
                     "use an Azure LLM request trace (the backtest reads other formats)"
                 ]
             )

@@ -1,0 +1,291 @@
+"""The decision core: properties that must hold for any load, and the rules one by one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoscalerd.config import DeploymentConfig
+from autoscalerd.decide.policy import decide, initial_state
+from autoscalerd.model import DeploymentState, Observation, Reading, Reason
+
+
+def make_cfg(forecast: bool = False, **sections: Any) -> DeploymentConfig:
+    raw: dict[str, Any] = {
+        "name": "app/llm",
+        "autoscaling": {
+            "min_replicas": 1,
+            "max_replicas": 20,
+            "target_ongoing_requests": 8,
+            "upscale_delay_s": 5,
+            "downscale_delay_s": 60,
+            "look_back_period_s": 10,
+        },
+        "capacity": {
+            "service_rate_per_replica": 10.0,
+            "target_utilization": 0.8,
+            "learn_service_rate": False,
+            "reactive_window_s": 5,
+        },
+        "forecast": {"enabled": forecast},
+        "max_metric_age_s": 5,
+    }
+    for section, values in sections.items():
+        if isinstance(values, dict):
+            raw[section] = {**raw.get(section, {}), **values}
+        else:
+            raw[section] = values
+    return DeploymentConfig.model_validate(raw)
+
+
+def observe(
+    now_s: float,
+    rate_per_s: float | None,
+    ongoing: float | None = None,
+    queued: float | None = None,
+    age_s: float = 0.0,
+    **extra: float,
+) -> Observation:
+    at_s = now_s - age_s
+
+    def reading(value: float | None) -> Reading | None:
+        return None if value is None else Reading(value, at_s)
+
+    return Observation(
+        deployment="app/llm",
+        sensed_at_s=now_s,
+        arrival_rate_per_s=reading(rate_per_s),
+        ongoing_requests=reading(ongoing),
+        queued_requests=reading(queued),
+        **{name: Reading(value, at_s) for name, value in extra.items()},
+    )
+
+
+def run(
+    cfg: DeploymentConfig,
+    rates: list[float | None],
+    start_replicas: int = 1,
+    state: DeploymentState | None = None,
+    start_s: float = 0.0,
+) -> tuple[list[int], DeploymentState]:
+    state = state or initial_state(cfg, start_s, start_replicas)
+    targets = []
+    for tick, rate in enumerate(rates):
+        now_s = start_s + tick + 1
+        decision, state = decide(observe(now_s, rate), state, cfg, now_s)
+        targets.append(decision.target_replicas)
+    return targets, state
+
+
+# ------------------------------------------------------------------- properties
+
+rates = st.lists(
+    st.one_of(st.none(), st.floats(min_value=0, max_value=500, allow_nan=False)),
+    min_size=1,
+    max_size=120,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rates=rates, min_replicas=st.integers(0, 5), span=st.integers(0, 10), start=st.integers(0, 20)
+)
+def test_target_always_within_bounds(
+    rates: list[float | None], min_replicas: int, span: int, start: int
+) -> None:
+    cfg = make_cfg(
+        autoscaling={"min_replicas": min_replicas, "max_replicas": max(1, min_replicas + span)}
+    )
+    targets, _ = run(cfg, rates, start_replicas=start)
+    bounds = (cfg.autoscaling.min_replicas, cfg.autoscaling.max_replicas)
+    # The very first decision may start outside (the platform's count); all are clipped.
+    assert all(bounds[0] <= t <= bounds[1] for t in targets), (bounds, targets)
+
+
+@settings(max_examples=60, deadline=None)
+@given(history=rates, stale_ticks=st.integers(1, 400), age_s=st.floats(5.01, 1000))
+def test_stale_or_missing_data_never_lowers_the_target(
+    history: list[float | None], stale_ticks: int, age_s: float
+) -> None:
+    cfg = make_cfg()
+    targets, state = run(cfg, history, start_replicas=5)
+    before = state.target_replicas
+    now_s = float(len(history))
+    for tick in range(stale_ticks):
+        now_s += 1
+        obs = observe(now_s, 0.0, ongoing=0.0, age_s=age_s) if tick % 2 else observe(now_s, None)
+        decision, state = decide(obs, state, cfg, now_s)
+        assert decision.target_replicas >= before
+        assert Reason.STALE_DATA in decision.reasons or decision.target_replicas == before
+
+
+@settings(max_examples=40, deadline=None)
+@given(rate=st.floats(0.5, 150), noise=st.floats(0, 0.05))
+def test_constant_load_settles_without_oscillation(rate: float, noise: float) -> None:
+    cfg = make_cfg()
+    wobble = [rate * (1 + (noise if i % 2 else -noise)) for i in range(400)]
+    targets, _ = run(cfg, list(wobble))
+    settled = targets[200:]
+    assert len(set(settled)) == 1, settled
+    expected = -(-rate * (1 + noise) // (0.8 * 10.0))
+    assert settled[0] <= max(1, expected) + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(history=rates, low=st.floats(0, 300), extra=st.floats(0, 300), ongoing=st.floats(0, 200))
+def test_more_load_never_gives_fewer_replicas(
+    history: list[float | None], low: float, extra: float, ongoing: float
+) -> None:
+    cfg = make_cfg()
+    _, state = run(cfg, history, start_replicas=3)
+    now_s = float(len(history) + 1)
+    low_decision, _ = decide(observe(now_s, low, ongoing=ongoing), state, cfg, now_s)
+    high_decision, _ = decide(
+        observe(now_s, low + extra, ongoing=ongoing + extra), state, cfg, now_s
+    )
+    assert high_decision.target_replicas >= low_decision.target_replicas
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    base=st.floats(1, 20),
+    burst=st.floats(60, 400),
+    upscale_delay_s=st.integers(0, 20),
+    at_tick=st.integers(0, 50),
+)
+def test_burst_beyond_capacity_scales_up_within_upscale_delay_plus_a_tick(
+    base: float, burst: float, upscale_delay_s: int, at_tick: int
+) -> None:
+    cfg = make_cfg(autoscaling={"upscale_delay_s": upscale_delay_s, "max_replicas": 100})
+    _, state = run(cfg, [base] * (60 + at_tick))
+    capacity_per_s = state.target_replicas * 10.0 * 0.8
+    assert burst > capacity_per_s
+    start_s = float(60 + at_tick)
+    before = state.target_replicas
+    for tick in range(1, upscale_delay_s + 2):
+        now_s = start_s + tick
+        decision, state = decide(observe(now_s, burst), state, cfg, now_s)
+        if decision.target_replicas > before:
+            return
+    raise AssertionError(f"no scale-up within {upscale_delay_s} s + one tick")
+
+
+# ------------------------------------------------------------------- rules
+
+
+def test_capacity_rule_sizes_to_rate_over_utilised_service_rate() -> None:
+    cfg = make_cfg(autoscaling={"upscale_delay_s": 0})
+    decision, _ = decide(observe(1, 100.0), initial_state(cfg, 0, 1), cfg, 1)
+    # ⌈100 / (0.8 · 10)⌉ = 13
+    assert decision.replicas_capacity == 13
+    assert decision.target_replicas == 13
+    assert Reason.CAPACITY in decision.reasons and Reason.SCALE_UP in decision.reasons
+
+
+def test_concurrency_rule_and_backlog() -> None:
+    cfg = make_cfg(autoscaling={"upscale_delay_s": 0})
+    decision, _ = decide(observe(1, 1.0, ongoing=40, queued=24), initial_state(cfg, 0, 1), cfg, 1)
+    assert decision.replicas_concurrency == 8  # ⌈(40 + 24) / 8⌉
+    # ⌈1 / 8⌉ + ⌈24 / (10 · 30)⌉ = 1 + 1
+    assert decision.replicas_capacity == 2
+    assert decision.target_replicas == 8
+    assert Reason.CONCURRENCY in decision.reasons and Reason.BACKLOG in decision.reasons
+
+
+def test_scale_down_waits_for_the_window_and_takes_its_maximum() -> None:
+    cfg = make_cfg()
+    targets, state = run(cfg, [80.0] * 100)  # 10 replicas, fresh for 100 s
+    assert targets[-1] == 10
+    # The reactive window (5 s) still sees some 80/s until t=105, so recommendations fall
+    # from 9 at t=101 to 1 at t=106; the 60 s window releases them one by one from t=161.
+    targets, state = run(cfg, [8.0] * 60, state=state, start_s=100)
+    assert set(targets) == {10}
+    targets, _ = run(cfg, [8.0] * 6, state=state, start_s=160)
+    assert targets[0] == 9
+    assert targets == sorted(targets, reverse=True)
+    assert targets[-1] == 1
+
+
+def test_no_scale_down_before_a_full_window_of_fresh_data_after_start() -> None:
+    cfg = make_cfg()
+    state = initial_state(cfg, 0, 10)  # a restart: the platform runs 10
+    targets, state = run(cfg, [0.0] * 59, state=state)
+    assert set(targets) == {10}
+    decision, _ = decide(observe(60, 0.0), state, cfg, 60)
+    assert Reason.WARMUP in decision.reasons or decision.target_replicas == 10
+    targets, _ = run(cfg, [0.0] * 5, state=state, start_s=60)
+    assert targets[-1] == 1
+
+
+def test_step_factors_bound_each_step() -> None:
+    cfg = make_cfg(autoscaling={"upscale_delay_s": 0, "upscaling_factor": 2.0, "max_replicas": 100})
+    targets, _ = run(cfg, [400.0] * 4, start_replicas=2)
+    assert targets == [4, 8, 16, 32]
+
+
+def test_slo_breach_scales_up_at_once_and_blocks_scale_down() -> None:
+    cfg = make_cfg(slo={"ttft_p99_s": 1.0})
+    _, state = run(cfg, [8.0] * 100, start_replicas=6)
+    assert state.target_replicas == 1
+    state = state.with_(target_replicas=4)
+    decision, _ = decide(observe(101, 0.0, ttft_p99_s=3.0), state, cfg, 101)
+    assert decision.target_replicas == 5
+    assert Reason.SLO_BREACH in decision.reasons
+    assert decision.slo_breached == ("ttft_p99_s",)
+
+
+def test_scale_to_zero_after_quiet_period_and_activation_at_once() -> None:
+    cfg = make_cfg(
+        autoscaling={"min_replicas": 0, "downscale_to_zero_delay_s": 30, "downscale_delay_s": 20}
+    )
+    targets, state = run(cfg, [5.0] * 30 + [0.0] * 60, start_replicas=1)
+    assert targets[-1] == 0
+    assert 0 not in targets[:59]  # not before 30 s without a request
+    decision, _ = decide(observe(91, 0.5), state, cfg, 91)
+    assert decision.target_replicas == 1
+    assert Reason.ACTIVATE_FROM_ZERO in decision.reasons
+
+
+def test_service_rate_is_learned_only_while_saturated_and_clamped() -> None:
+    cfg = make_cfg(capacity={"learn_service_rate": True})
+    state = initial_state(cfg, 0, 4)
+    now_s = 0.0
+    for _ in range(200):
+        now_s += 1
+        obs = observe(
+            now_s, 100.0, ongoing=40, queued=10, completion_rate_per_s=200.0, running_replicas=4
+        )
+        decision, state = decide(obs, state, cfg, now_s)
+    assert state.service_rate_per_s == 40.0  # 50/replica seen, clamped to 4·μ_prior
+    quiet = observe(
+        now_s + 1, 1.0, ongoing=1, queued=0, completion_rate_per_s=1.0, running_replicas=4
+    )
+    _, after = decide(quiet, state, cfg, now_s + 1)
+    assert after.service_rate_per_s == 40.0
+
+
+def test_kv_cache_pressure_derates_capacity() -> None:
+    cfg = make_cfg(autoscaling={"upscale_delay_s": 0})
+    calm, _ = decide(observe(1, 80.0, kv_cache_usage_ratio=0.5), initial_state(cfg, 0, 1), cfg, 1)
+    full, _ = decide(observe(1, 80.0, kv_cache_usage_ratio=1.0), initial_state(cfg, 0, 1), cfg, 1)
+    assert calm.target_replicas == 10
+    assert full.target_replicas == 20
+
+
+def test_decision_carries_every_intermediate_value() -> None:
+    cfg = make_cfg(autoscaling={"upscale_delay_s": 0})
+    decision, _ = decide(observe(1, 50.0, ongoing=10, queued=0), initial_state(cfg, 0, 1), cfg, 1)
+    record = decision.as_dict()
+    for key in (
+        "arrival_rate_obs_per_s",
+        "arrival_rate_target_per_s",
+        "service_rate_per_replica_per_s",
+        "replicas_capacity",
+        "replicas_concurrency",
+        "replicas_raw",
+        "replicas_smoothed",
+        "reasons",
+    ):
+        assert record[key] is not None, key
