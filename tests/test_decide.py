@@ -110,7 +110,7 @@ def test_stale_or_missing_data_never_lowers_the_target(
     history: list[float | None], stale_ticks: int, age_s: float
 ) -> None:
     cfg = make_cfg()
-    targets, state = run(cfg, history, start_replicas=5)
+    _, state = run(cfg, history, start_replicas=5)
     before = state.target_replicas
     now_s = float(len(history))
     for tick in range(stale_ticks):
@@ -257,7 +257,7 @@ def test_service_rate_is_learned_only_while_saturated_and_clamped() -> None:
         obs = observe(
             now_s, 100.0, ongoing=40, queued=10, completion_rate_per_s=200.0, running_replicas=4
         )
-        decision, state = decide(obs, state, cfg, now_s)
+        _, state = decide(obs, state, cfg, now_s)
     assert state.service_rate_per_s == 40.0  # 50/replica seen, clamped to 4·μ_prior
     quiet = observe(
         now_s + 1, 1.0, ongoing=1, queued=0, completion_rate_per_s=1.0, running_replicas=4
