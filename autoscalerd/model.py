@@ -97,7 +97,9 @@ class Decision:
     target_replicas: int
     previous_replicas: int
     reasons: tuple[Reason, ...]
-    # Intermediate values; None where the step had no input.
+    # Intermediate values; None where the step had no input. Rates are in `load_unit`
+    # per second (requests or prompt+output tokens), as configured.
+    load_unit: str = "requests"
     arrival_rate_obs_per_s: float | None = None
     arrival_rate_short_per_s: float | None = None
     arrival_rate_forecast_per_s: float | None = None

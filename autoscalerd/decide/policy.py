@@ -140,7 +140,7 @@ def decide(
         )
         if inputs.queued:
             backlog_load = inputs.queued * (
-                inputs.tokens_per_request or 1.0 if cfg.capacity.load_unit == "tokens" else 1.0
+                (inputs.tokens_per_request or 1.0) if cfg.capacity.load_unit == "tokens" else 1.0
             )
             extra = capacity.replicas_for_backlog(
                 backlog_load, effective_rate_per_s, cfg.capacity.drain_s
@@ -174,6 +174,7 @@ def decide(
         reasons=(),
         decided_at_s=now_s,
         previous_replicas=current,
+        load_unit=cfg.capacity.load_unit,
         arrival_rate_obs_per_s=rate_obs,
         arrival_rate_short_per_s=rate_short,
         arrival_rate_forecast_per_s=prediction.point_per_s if prediction else None,
