@@ -6,6 +6,7 @@ All are frozen dataclasses. pydantic stays at the config boundary.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -48,9 +49,14 @@ class Observation:
     gpu_health_ratio: Reading | None = None
 
     def fresh(self, name: str, now_s: float, max_age_s: float) -> float | None:
-        """The value of field `name` if it is known and no older than `max_age_s`."""
+        """The value of field `name` if it is known, sane and no older than `max_age_s`.
+
+        Garbage (NaN, infinities, negative counts) is no data, never a zero.
+        """
         reading: Reading | None = getattr(self, name)
         if reading is None or reading.age_s(now_s) > max_age_s:
+            return None
+        if not math.isfinite(reading.value) or reading.value < 0:
             return None
         return reading.value
 
