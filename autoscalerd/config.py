@@ -82,8 +82,8 @@ class CapacityConfig(_Model):
     # Backlog Q must drain within this time: adds ⌈Q / (μ·drain_s)⌉ replicas.
     drain_s: float = Field(30.0, gt=0)
     # The reactive floor: the arrival rate over this short window counts even when the
-    # forecast missed a burst.
-    reactive_window_s: float = Field(10.0, gt=0)
+    # forecast missed a burst; 0 means the last tick alone.
+    reactive_window_s: float = Field(0.0, ge=0)
     # Below this KV-cache usage no derating; above, μ shrinks linearly to half at 100%.
     kv_cache_derate_above: float = Field(0.9, gt=0, le=1)
 

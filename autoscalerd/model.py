@@ -117,7 +117,8 @@ class Decision:
     queued_requests: float | None = None
     replicas_capacity: int | None = None
     replicas_concurrency: int | None = None
-    replicas_raw: int | None = None
+    replicas_raw: int | None = None  # from the short rate: the scale-up evidence
+    replicas_sustained: int | None = None  # from the look-back mean: the scale-down evidence
     replicas_smoothed: float | None = None
     replicas_stabilized: int | None = None
     slo_breached: tuple[str, ...] = ()
@@ -148,8 +149,9 @@ class DeploymentState:
     started_at_s: float
     # EMA of the raw recommendation (smoothing_factor).
     smoothed_replicas: float | None = None
-    # (time, recommendation) over the longest of the delay windows, oldest first.
-    recommendations: tuple[tuple[float, int], ...] = ()
+    # (time, scale-up recommendation, scale-down recommendation) over the longest delay
+    # window, oldest first.
+    recommendations: tuple[tuple[float, int, int], ...] = ()
     # Rate samples (time, arrivals per s) over look_back_period_s, oldest first.
     rate_samples: tuple[tuple[float, float], ...] = ()
     last_action_at_s: float | None = None

@@ -27,7 +27,6 @@ def make_cfg(forecast: bool = False, **sections: Any) -> DeploymentConfig:
             "service_rate_per_replica": 10.0,
             "target_utilization": 0.8,
             "learn_service_rate": False,
-            "reactive_window_s": 5,
         },
         "forecast": {"enabled": forecast},
         "max_metric_age_s": 5,
@@ -198,11 +197,12 @@ def test_scale_down_waits_for_the_window_and_takes_its_maximum() -> None:
     cfg = make_cfg()
     targets, state = run(cfg, [80.0] * 100)  # 10 replicas, fresh for 100 s
     assert targets[-1] == 10
-    # The reactive window (5 s) still sees some 80/s until t=105, so recommendations fall
-    # from 9 at t=101 to 1 at t=106; the 60 s window releases them one by one from t=161.
-    targets, state = run(cfg, [8.0] * 60, state=state, start_s=100)
+    # The sustained rate (10 s look-back mean) falls from 80/s to 8/s over t=101..110, so the
+    # scale-down recommendations fall from 10 (t=101) and 9 (t=102) to 1; the 60 s window
+    # releases them one by one from t=162, each step to the maximum left in the window.
+    targets, state = run(cfg, [8.0] * 61, state=state, start_s=100)
     assert set(targets) == {10}
-    targets, _ = run(cfg, [8.0] * 6, state=state, start_s=160)
+    targets, _ = run(cfg, [8.0] * 12, state=state, start_s=161)
     assert targets[0] == 9
     assert targets == sorted(targets, reverse=True)
     assert targets[-1] == 1
@@ -289,3 +289,16 @@ def test_decision_carries_every_intermediate_value() -> None:
         "reasons",
     ):
         assert record[key] is not None, key
+
+
+def test_replicas_earned_by_a_burst_are_kept_for_the_downscale_window() -> None:
+    cfg = make_cfg(autoscaling={"upscale_delay_s": 3, "downscale_delay_s": 60})
+    targets, state = run(cfg, [8.0] * 100)
+    assert targets[-1] == 1
+    # A burst held past upscale_delay_s earns replicas; a 1-tick spike does not.
+    targets, state = run(cfg, [8.0, 200.0, 8.0] + [80.0] * 6 + [8.0] * 50, state=state, start_s=100)
+    assert targets[2] == 1  # the spike
+    assert max(targets) == 10
+    assert targets[-1] == 10  # still kept 50 s after the burst
+    targets, _ = run(cfg, [8.0] * 30, state=state, start_s=159)
+    assert targets[-1] == 1

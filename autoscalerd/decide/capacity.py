@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import TypeVar
 
-_Value = TypeVar("_Value", int, float)
+_Sample = TypeVar("_Sample", bound=tuple[float, ...])
 
 # A tolerance so that 3.0000000001 replicas stays 3, not 4.
 _EPSILON = 1e-9
@@ -19,9 +19,7 @@ def ceil_replicas(value: float) -> int:
     return max(0, math.ceil(value - _EPSILON))
 
 
-def window(
-    samples: Sequence[tuple[float, _Value]], now_s: float, window_s: float
-) -> tuple[tuple[float, _Value], ...]:
+def window(samples: Sequence[_Sample], now_s: float, window_s: float) -> tuple[_Sample, ...]:
     """The samples no older than `window_s` (oldest first), as a new tuple."""
     cutoff_s = now_s - window_s
     start = 0

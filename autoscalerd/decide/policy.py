@@ -8,11 +8,14 @@ can be explained from the log alone.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from autoscalerd.config import DeploymentConfig
 from autoscalerd.decide import capacity, stabilize
 from autoscalerd.forecast import holt_winters
 from autoscalerd.model import Decision, DeploymentState, Observation, Reason
+
+_Number = TypeVar("_Number", int, float)
 
 
 def initial_state(
@@ -87,6 +90,9 @@ def decide(
     rate_samples = capacity.window(
         rate_samples, now_s, max(a.look_back_period_s, cfg.capacity.reactive_window_s)
     )
+    # Two views of the rate: the short one reacts (scale-up evidence), the look-back mean is
+    # what load sustains (scale-down evidence). Up takes the minimum over upscale_delay_s of
+    # the short view, down the maximum over downscale_delay_s of the sustained view.
     rate_obs = capacity.mean_rate(rate_samples, now_s, a.look_back_period_s)
     rate_short = capacity.mean_rate(rate_samples, now_s, cfg.capacity.reactive_window_s)
     if inputs.load_rate_per_s is None:
@@ -124,37 +130,38 @@ def decide(
         lead_time_s = cfg.capacity.cold_start_s + cfg.capacity.actuation_delay_s
         prediction = holt_winters.forecast(forecaster, lead_time_s, now_s, cfg.forecast)
 
-    # 4. Capacity: the larger of the forecast's upper bound and the reactive floor.
-    rate_target: float | None = None
-    if prediction is not None or rate_short is not None:
-        rate_target = max(
-            prediction.upper_per_s if prediction is not None else 0.0,
-            rate_short if rate_short is not None else 0.0,
+    # 4. Capacity: the larger of the forecast's upper bound and the observed rate.
+    upper_per_s = prediction.upper_per_s if prediction is not None else None
+    rate_target = _max_known(upper_per_s, rate_short)
+    rate_sustained = _max_known(upper_per_s, rate_obs)
+    if upper_per_s is not None and upper_per_s > (rate_short or 0.0):
+        reasons.append(Reason.FORECAST_LEADS)
+    backlog_replicas = 0
+    if inputs.queued:
+        per_request = inputs.tokens_per_request or 1.0
+        backlog_load = inputs.queued * (per_request if cfg.capacity.load_unit == "tokens" else 1.0)
+        backlog_replicas = capacity.replicas_for_backlog(
+            backlog_load, effective_rate_per_s, cfg.capacity.drain_s
         )
-        if prediction is not None and prediction.upper_per_s > (rate_short or 0.0):
-            reasons.append(Reason.FORECAST_LEADS)
-    replicas_capacity: int | None = None
-    if rate_target is not None:
-        replicas_capacity = capacity.replicas_for_rate(
-            rate_target, effective_rate_per_s, cfg.capacity.target_utilization
+        if backlog_replicas:
+            reasons.append(Reason.BACKLOG)
+
+    def for_rate(rate_per_s: float | None) -> int | None:
+        if rate_per_s is None:
+            return None
+        utilised = capacity.replicas_for_rate(
+            rate_per_s, effective_rate_per_s, cfg.capacity.target_utilization
         )
-        if inputs.queued:
-            backlog_load = inputs.queued * (
-                (inputs.tokens_per_request or 1.0) if cfg.capacity.load_unit == "tokens" else 1.0
-            )
-            extra = capacity.replicas_for_backlog(
-                backlog_load, effective_rate_per_s, cfg.capacity.drain_s
-            )
-            if extra:
-                reasons.append(Reason.BACKLOG)
-            replicas_capacity += extra
+        return utilised + backlog_replicas
+
+    replicas_capacity = for_rate(rate_target)
     replicas_concurrency: int | None = None
     if inputs.ongoing is not None or inputs.queued is not None:
         replicas_concurrency = capacity.replicas_for_concurrency(
             (inputs.ongoing or 0.0) + (inputs.queued or 0.0), a.target_ongoing_requests
         )
-    candidates = [r for r in (replicas_capacity, replicas_concurrency) if r is not None]
-    replicas_raw = max(candidates) if candidates else None
+    replicas_raw = _max_known(replicas_capacity, replicas_concurrency)
+    replicas_sustained = _max_known(for_rate(rate_sustained), replicas_concurrency)
     if replicas_raw is not None:
         reasons.append(
             Reason.CAPACITY
@@ -162,11 +169,13 @@ def decide(
             else Reason.CONCURRENCY
         )
 
-    # 5. SLO guard: what users feel wins over every estimate. Breach: at least one step up.
+    # 5. SLO guard: what users feel wins over every estimate. Breach: at least one step up,
+    # and nothing below the current count.
     breached = _slo_breaches(obs, cfg, now_s)
     if breached:
         reasons.append(Reason.SLO_BREACH)
         replicas_raw = max(replicas_raw if replicas_raw is not None else 0, current + 1)
+        replicas_sustained = max(replicas_sustained or 0, current)
 
     base = Decision(
         deployment=obs.deployment,
@@ -187,6 +196,7 @@ def decide(
         replicas_capacity=replicas_capacity,
         replicas_concurrency=replicas_concurrency,
         replicas_raw=replicas_raw,
+        replicas_sustained=replicas_sustained,
         slo_breached=breached,
     )
     next_state = state.with_(
@@ -215,11 +225,20 @@ def decide(
 
     # 6. Stabilise: EMA, then the windowed delays, then the step limits.
     smoothed = stabilize.smooth(replicas_raw, state.smoothed_replicas, a.smoothing_factor)
-    recommendation = capacity.ceil_replicas(smoothed)
-    recommendation = max(recommendation, _floor(cfg, last_arrival_at_s, state, now_s))
+    floor = _floor(cfg, last_arrival_at_s, state, now_s)
+    recommendation = max(capacity.ceil_replicas(smoothed), floor)
+    # Scale-down evidence: the sustained view, but never below what the scale-up evidence
+    # held over upscale_delay_s (a burst that earned replicas keeps them for the window).
+    held_up = min(
+        [up for at_s, up, _ in state.recommendations if at_s >= now_s - a.upscale_delay_s]
+        + [recommendation]
+    )
+    sustained = max(
+        replicas_sustained if replicas_sustained is not None else recommendation, floor, held_up
+    )
     horizon_s = max(a.upscale_delay_s, a.downscale_delay_s) + 2 * tick_s
     recommendations = capacity.window(
-        (*state.recommendations, (now_s, recommendation)), now_s, horizon_s
+        (*state.recommendations, (now_s, recommendation, sustained)), now_s, horizon_s
     )
     next_state = next_state.with_(smoothed_replicas=smoothed, recommendations=recommendations)
 
@@ -248,6 +267,11 @@ def decide(
     target, bound_reasons = stabilize.apply_bounds(wanted, a)
     reasons.extend(bound_reasons)
     return _finish(target, reasons, base, next_state, now_s, smoothed)
+
+
+def _max_known(*values: _Number | None) -> _Number | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
 
 
 def _finish(

@@ -26,31 +26,32 @@ def smooth(raw_replicas: int, previous: float | None, smoothing_factor: float) -
 
 def apply_delays(
     current: int,
-    recommendations: Sequence[tuple[float, int]],
+    recommendations: Sequence[tuple[float, int, int]],
     now_s: float,
     cfg: AutoscalingConfig,
     tick_s: float,
 ) -> tuple[int, tuple[Reason, ...]]:
     """Scale up to the minimum over `upscale_delay_s`, down to the maximum over `downscale_delay_s`.
 
-    `recommendations` holds (time, count) pairs, oldest first, including this tick's.
-    A window must be covered by samples: after a start or an outage, missing history
-    holds the target rather than counting as agreement.
+    `recommendations` holds (time, up, down) triples, oldest first, including this tick's:
+    `up` sized from the short rate, `down` from the sustained rate. A window must be
+    covered by samples: after a start or an outage, missing history holds the target
+    rather than counting as agreement.
     """
-    latest = recommendations[-1][1]
-    if latest > current:
+    _, latest_up, latest_down = recommendations[-1]
+    if latest_up > current:
         in_window = _covering(recommendations, now_s, cfg.upscale_delay_s, tick_s)
         if in_window is None:
             return current, (Reason.UPSCALE_DELAYED,)
-        wanted = min(count for _, count in in_window)
+        wanted = min(up for _, up, _ in in_window)
         if wanted <= current:
             return current, (Reason.UPSCALE_DELAYED,)
         return wanted, ()
-    if latest < current:
+    if latest_down < current:
         in_window = _covering(recommendations, now_s, cfg.downscale_delay_s, tick_s)
         if in_window is None:
             return current, (Reason.DOWNSCALE_DELAYED,)
-        wanted = max(count for _, count in in_window)
+        wanted = max(down for _, _, down in in_window)
         if wanted >= current:
             return current, (Reason.DOWNSCALE_DELAYED,)
         return wanted, ()
@@ -58,14 +59,14 @@ def apply_delays(
 
 
 def _covering(
-    recommendations: Sequence[tuple[float, int]], now_s: float, window_s: float, tick_s: float
-) -> list[tuple[float, int]] | None:
+    recommendations: Sequence[tuple[float, int, int]], now_s: float, window_s: float, tick_s: float
+) -> list[tuple[float, int, int]] | None:
     if window_s <= 0:
         return [recommendations[-1]]
     start_s = now_s - window_s
     if recommendations[0][0] > start_s + _COVERAGE_SLACK * tick_s:
         return None
-    return [(at_s, count) for at_s, count in recommendations if at_s >= start_s - 1e-9]
+    return [r for r in recommendations if r[0] >= start_s - 1e-9]
 
 
 def limit_step(current: int, wanted: int, cfg: AutoscalingConfig) -> tuple[int, tuple[Reason, ...]]:
