@@ -28,13 +28,21 @@ def window(samples: Sequence[_Sample], now_s: float, window_s: float) -> tuple[_
     return tuple(samples[start:])
 
 
+def tail(samples: Sequence[_Sample], since_s: float) -> Sequence[_Sample]:
+    """The samples at or after `since_s`. Scans from the newest end: windows are short."""
+    start = len(samples)
+    while start > 0 and samples[start - 1][0] >= since_s:
+        start -= 1
+    return samples[start:]
+
+
 def mean_rate(
     samples: Sequence[tuple[float, float]], now_s: float, window_s: float
 ) -> float | None:
-    values = [rate for at_s, rate in samples if at_s >= now_s - window_s]
-    if not values:
+    recent = tail(samples, now_s - window_s)
+    if not recent:
         return None
-    return sum(values) / len(values)
+    return sum(rate for _, rate in recent) / len(recent)
 
 
 def learn_service_rate(

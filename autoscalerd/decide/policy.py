@@ -230,7 +230,7 @@ def decide(
     # Scale-down evidence: the sustained view, but never below what the scale-up evidence
     # held over upscale_delay_s (a burst that earned replicas keeps them for the window).
     held_up = min(
-        [up for at_s, up, _ in state.recommendations if at_s >= now_s - a.upscale_delay_s]
+        [up for _, up, _ in capacity.tail(state.recommendations, now_s - a.upscale_delay_s)]
         + [recommendation]
     )
     sustained = max(

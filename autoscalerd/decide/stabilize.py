@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 
 from autoscalerd.config import AutoscalingConfig
+from autoscalerd.decide.capacity import tail
 from autoscalerd.model import Reason
 
 # Ticks jitter; a window counts as covered when its oldest sample is within this share of
@@ -66,7 +67,7 @@ def _covering(
     start_s = now_s - window_s
     if recommendations[0][0] > start_s + _COVERAGE_SLACK * tick_s:
         return None
-    return [r for r in recommendations if r[0] >= start_s - 1e-9]
+    return list(tail(recommendations, start_s - 1e-9))
 
 
 def limit_step(current: int, wanted: int, cfg: AutoscalingConfig) -> tuple[int, tuple[Reason, ...]]:
