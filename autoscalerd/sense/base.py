@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from autoscalerd.model import Observation
+from autoscalerd.model import Observation, Reading
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +20,9 @@ class DeploymentInfo:
     max_ongoing_requests: int | None = None
     # Resources one replica asks for, e.g. {"CPU": 1, "GPU": 4}.
     resources_per_replica: Mapping[str, float] = field(default_factory=dict)
+    # The platform's current target and when it was read: actuators compare it with what
+    # they last set to notice someone else changing it (ownership conflict).
+    platform_target_replicas: Reading | None = None
 
 
 @dataclass(frozen=True, slots=True)

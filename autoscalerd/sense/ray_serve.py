@@ -1,0 +1,417 @@
+"""The `ray_serve` sensor: Serve's REST API for replicas, the nodes' Prometheus for load.
+
+A poller runs beside the loop: every tick it reads `GET /api/serve/applications/`, every
+`metrics_interval_s` it scrapes every alive node's metrics port (found through
+`GET /nodes?view=summary`, refreshed every `nodes_refresh_s` and whenever a replica lands
+on a node not yet scraped). `sense()` answers at once from what the poller last fetched,
+so a slow dashboard makes readings older (each Reading's `at_s` is when its value was
+fetched) instead of making the loop wait.
+
+When the dashboard does not answer, every field is unknown and `error` says why: without
+the platform's view a load reading cannot be trusted to mean "no traffic".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from autoscalerd import logs
+from autoscalerd.config import Config, ConfigError
+from autoscalerd.dashboard import DashboardClient, DashboardError, find_token
+from autoscalerd.model import Observation, Reading
+from autoscalerd.sense import serve_metrics as sm
+from autoscalerd.sense.base import DeploymentInfo, SenseResult
+from autoscalerd.sense.prometheus import MetricsParseError, parse
+from autoscalerd.sense.serve_api import (
+    MetricsTarget,
+    ServeDeployment,
+    ServeState,
+    ShapeError,
+    parse_applications,
+    parse_metrics_targets,
+    parse_service_discovery,
+)
+
+APPLICATIONS_PATH = "/api/serve/applications/"
+NODES_PATH = "/nodes?view=summary"
+P99 = 0.99
+
+
+class RayServeSettings(BaseModel):
+    """The sensor's own settings (cluster address and token live in `cluster`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Ray exports metrics every 10 s by default (RAY_metrics_report_interval_ms); scraping
+    # much faster than that only re-reads the same values.
+    metrics_interval_s: float = Field(2.0, gt=0)
+    # Arrival and completion rates are averaged over this window; keep it at least as long
+    # as Ray's export interval, or rates alternate between zero and bursts.
+    rate_window_s: float = Field(15.0, gt=0)
+    nodes_refresh_s: float = Field(30.0, gt=0)
+    max_concurrency: int = Field(8, ge=1)
+    # Scrape every alive node's metrics port; off: only cluster.metrics_urls.
+    scrape_nodes: bool = True
+    # Fallback when the dashboard's node list is unavailable (readable on the head only).
+    service_discovery_file: str | None = "/tmp/ray/prom_metrics_service_discovery.json"
+
+
+def _settings(settings: Mapping[str, Any]) -> RayServeSettings:
+    try:
+        return RayServeSettings.model_validate(dict(settings))
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_url=False):
+            where = ".".join(str(part) for part in error["loc"]) or "(settings)"
+            if error["type"] == "extra_forbidden":
+                known = ", ".join(RayServeSettings.model_fields)
+                problems.append(f"{where}: unknown setting; known: {known}")
+            else:
+                problems.append(f"{where}: {str(error['msg']).lower()} (got {error['input']!r})")
+        raise ConfigError(problems) from None
+
+
+class RayServeSensor:
+    name = "ray_serve"
+
+    def __init__(
+        self,
+        settings: Mapping[str, Any],
+        config: Config,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = _settings(settings)
+        self._config = config
+        self._cluster = config.cluster
+        self._wall = wall_clock
+        # The loop waits at most max(1, 0.8·tick) for a sensor; the first answer must fit.
+        self._first_wait_s = 0.75 * max(1.0, 0.8 * config.tick_s)
+        self._client = DashboardClient(
+            self._cluster.dashboard_url,
+            find_token(self._cluster),
+            timeout_s=self._cluster.request_timeout_s,
+            max_concurrency=self.settings.max_concurrency,
+        )
+        keep_s = max(
+            self.settings.rate_window_s,
+            config.defaults.autoscaling.look_back_period_s,
+            *(d.autoscaling.look_back_period_s for d in config.deployments),
+        )
+        self._book = sm.MetricsBook(
+            keep_s=keep_s + 2 * self.settings.metrics_interval_s,
+            gap_s=max(5.0, 3 * self.settings.metrics_interval_s),
+        )
+        self._log = logs.get("autoscalerd.sensor.ray_serve").bind(
+            dashboard=self._cluster.dashboard_url
+        )
+        # What the poller last fetched.
+        self._state: ServeState | None = None
+        self._state_at_s: float | None = None
+        self._dashboard_error: str | None = None
+        self._metrics_error: str | None = None
+        self._targets: list[MetricsTarget] = []
+        self._targets_at_s: float | None = None
+        self._last_success_s: dict[str, float] = {}
+        self._last_scrape_s: float | None = None
+        self._reported: dict[str, str] = {}
+        self._poller: asyncio.Task[None] | None = None
+        self._first_round = asyncio.Event()
+        self.rounds = 0
+
+    # ------------------------------------------------------------------ Sensor protocol
+
+    async def sense(self, now_s: float) -> SenseResult:
+        try:
+            self._ensure_poller()
+            if not self._first_round.is_set():
+                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                    await asyncio.wait_for(self._first_round.wait(), self._first_wait_s)
+            return self._result()
+        except Exception as exc:  # a sensor never raises into the loop
+            return SenseResult({}, {}, error=f"ray_serve sensor: {type(exc).__name__}: {exc}")
+
+    async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._poller
+            self._poller = None
+        await self._client.close()
+
+    # ------------------------------------------------------------------ the poller
+
+    def _ensure_poller(self) -> None:
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.get_running_loop().create_task(
+                self._poll_forever(), name="ray_serve-poller"
+            )
+
+    async def _poll_forever(self) -> None:
+        period_s = self._config.tick_s
+        while True:
+            started = time.monotonic()
+            try:
+                await self.poll_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # keep polling whatever one round did
+                self._dashboard_error = f"ray_serve sensor: {type(exc).__name__}: {exc}"
+            finally:
+                self._first_round.set()
+            await asyncio.sleep(max(0.05, period_s - (time.monotonic() - started)))
+
+    async def poll_once(self) -> None:
+        """One round: the applications, the node list when due, the metrics when due."""
+        now_s = self._wall()
+        scrape = (
+            self._last_scrape_s is None
+            or now_s - self._last_scrape_s >= self.settings.metrics_interval_s
+        )
+        if self._targets_at_s is None and not self._targets:
+            # Nothing to scrape yet: learn the endpoints first, so this round has metrics.
+            self._use_targets(await self._fetch_targets())
+        refresh = self._targets_due(now_s)
+        apps_task = asyncio.ensure_future(self._fetch_applications())
+        nodes_task = asyncio.ensure_future(self._fetch_targets()) if refresh else None
+        scrape_task = asyncio.ensure_future(self._scrape(list(self._targets))) if scrape else None
+        pending = [t for t in (apps_task, nodes_task, scrape_task) if t is not None]
+        await asyncio.gather(*pending, return_exceptions=True)
+        if nodes_task is not None:
+            self._use_targets(nodes_task.result())
+
+        state_or_error = apps_task.result()
+        if isinstance(state_or_error, str):
+            self._dashboard_error = state_or_error
+            self._report("dashboard", state_or_error)
+            # Scrapes are not ingested: without the platform's view they cannot be
+            # attributed, and skipping them makes the windows restart after the outage.
+            return
+        state, state_at_s = state_or_error
+        self._state, self._state_at_s = state, state_at_s
+        self._dashboard_error = None
+        self._report("dashboard", "")
+        if scrape_task is not None:
+            self._ingest(state, scrape_task.result())
+            self._last_scrape_s = now_s
+        self.rounds += 1
+
+    def _use_targets(self, found: list[MetricsTarget] | None) -> None:
+        if found is None:
+            return
+        self._targets = found
+        self._targets_at_s = self._wall()
+        self._book.keep_targets(t.url for t in found)
+
+    def _targets_due(self, now_s: float) -> bool:
+        if self._targets_at_s is None:
+            return True
+        if now_s - self._targets_at_s >= self.settings.nodes_refresh_s:
+            return True
+        # A replica on a node we do not scrape yet: a node just joined.
+        if self._state is not None and self.settings.scrape_nodes:
+            scraped = {t.node_id for t in self._targets}
+            for dep in self._state.deployments.values():
+                if not dep.node_ids <= scraped:
+                    return now_s - self._targets_at_s >= self.settings.metrics_interval_s
+        return False
+
+    async def _fetch_applications(self) -> tuple[ServeState, float] | str:
+        try:
+            body = await self._client.get_json(APPLICATIONS_PATH)
+            fetched_at_s = self._wall()
+            return parse_applications(body), fetched_at_s
+        except DashboardError as exc:
+            return str(exc)
+        except ShapeError as exc:
+            return f"dashboard {self._cluster.dashboard_url}{APPLICATIONS_PATH}: {exc}"
+
+    async def _fetch_targets(self) -> list[MetricsTarget] | None:
+        extra = [MetricsTarget("", url) for url in self._cluster.metrics_urls]
+        if not self.settings.scrape_nodes:
+            return extra
+        try:
+            nodes = parse_metrics_targets(await self._client.get_json(NODES_PATH))
+            return nodes + extra
+        except (DashboardError, ShapeError) as exc:
+            from_file = self._service_discovery()
+            if from_file is not None:
+                return from_file + extra
+            self._report("nodes", f"cannot list nodes' metrics ports: {exc}")
+            return None
+
+    def _service_discovery(self) -> list[MetricsTarget] | None:
+        path = self.settings.service_discovery_file
+        if not path:
+            return None
+        try:
+            return parse_service_discovery(json.loads(Path(path).read_text()))
+        except (OSError, ValueError):
+            return None
+
+    async def _scrape(self, targets: list[MetricsTarget]) -> dict[str, tuple[float, str] | str]:
+        async def one(target: MetricsTarget) -> tuple[float, str] | str:
+            try:
+                text = await self._client.get_text(target.url)
+                return self._wall(), text
+            except DashboardError as exc:
+                return str(exc)
+
+        answers = await asyncio.gather(*(one(t) for t in targets))
+        return {t.url: answer for t, answer in zip(targets, answers, strict=True)}
+
+    def _ingest(self, state: ServeState, answers: Mapping[str, tuple[float, str] | str]) -> None:
+        attribution = sm.Attribution(state)
+        failures: list[str] = []
+        latest_s: float | None = None
+        for url, answer in answers.items():
+            if isinstance(answer, str):
+                failures.append(answer)
+                continue
+            fetched_at_s, text = answer
+            try:
+                samples = parse(text, sm.FAMILY_NAMES)
+            except MetricsParseError as exc:
+                failures.append(f"{url}: not Prometheus text ({exc})")
+                continue
+            previous_s = self._last_success_s.get(url)
+            # Growth counts only for endpoints we have watched without a gap.
+            count = previous_s is not None and fetched_at_s - previous_s <= self._book.gap_s
+            self._book.ingest(url, samples, fetched_at_s, attribution, count)
+            self._last_success_s[url] = fetched_at_s
+            latest_s = fetched_at_s if latest_s is None else max(latest_s, fetched_at_s)
+        if latest_s is not None:
+            self._book.end_round(latest_s)
+        if failures:
+            # A failed endpoint may be a node that just left: look again next round.
+            self._targets_at_s = None
+        answered = len(answers) - len(failures)
+        if not answers:
+            self._metrics_error = "metrics: no endpoint to scrape (no alive node listed)"
+        elif answered == 0:
+            self._metrics_error = f"metrics: no endpoint answered ({failures[0]})"
+        else:
+            self._metrics_error = None
+        partial = (
+            f"{len(failures)} of {len(answers)} endpoints failed: {failures[0]}" if failures else ""
+        )
+        self._report("metrics", self._metrics_error or partial)
+
+    def _report(self, what: str, error: str) -> None:
+        """Log a problem when it starts or changes, and its end once: not every round."""
+        previous = self._reported.get(what, "")
+        if error == previous:
+            return
+        self._reported[what] = error
+        if error:
+            self._log.warning("sensor_problem", part=what, error=error)
+        else:
+            self._log.info("sensor_recovered", part=what)
+
+    # ------------------------------------------------------------------ the answer
+
+    def _result(self) -> SenseResult:
+        state = self._state
+        if state is None:
+            error = self._dashboard_error or (
+                f"ray_serve sensor: no answer yet from {self._cluster.dashboard_url}"
+            )
+            return SenseResult({}, {}, error=error)
+        state_at_s = self._state_at_s if self._state_at_s is not None else self._wall()
+        infos = {name: _info(dep, state_at_s) for name, dep in state.deployments.items()}
+        if self._dashboard_error is not None:
+            unknown = {
+                name: Observation(deployment=name, sensed_at_s=self._wall()) for name in infos
+            }
+            return SenseResult(unknown, infos, error=self._dashboard_error)
+        observations = {
+            name: self._observation(dep, state_at_s) for name, dep in state.deployments.items()
+        }
+        return SenseResult(observations, infos, error=self._metrics_error)
+
+    def _observation(self, dep: ServeDeployment, state_at_s: float) -> Observation:
+        fields: dict[str, Reading] = {
+            "running_replicas": Reading(float(dep.running_replicas), state_at_s),
+            "starting_replicas": Reading(float(dep.starting_replicas), state_at_s),
+        }
+        if dep.target_replicas is not None:
+            fields["platform_target_replicas"] = Reading(float(dep.target_replicas), state_at_s)
+        book = self._book
+        round_s = book.last_mark_s
+        # Load only from a metrics pipeline that is alive: with no Serve series at all,
+        # "nothing reported" would wrongly read as "no traffic".
+        if round_s is None or self._metrics_error is not None or book.serve_samples_last_round == 0:
+            return Observation(deployment=dep.name, sensed_at_s=self._wall(), **fields)
+        name = dep.name
+        window_s = self.settings.rate_window_s
+        look_back_s = self._config.deployment(name).autoscaling.look_back_period_s
+
+        def put(field: str, value: float | None, at_s: float) -> None:
+            if value is not None:
+                fields[field] = Reading(value, at_s)
+
+        put("arrival_rate_per_s", book.rate_per_s(name, sm.ROUTER_REQUESTS, window_s), round_s)
+        put(
+            "completion_rate_per_s",
+            book.rate_per_s(name, sm.REPLICA_COMPLETIONS, window_s),
+            round_s,
+        )
+        if book.has(name, sm.VLLM_PROMPT_TOKENS) or book.has(name, sm.VLLM_GENERATION_TOKENS):
+            prompt = book.rate_per_s(name, sm.VLLM_PROMPT_TOKENS, window_s)
+            generated = book.rate_per_s(name, sm.VLLM_GENERATION_TOKENS, window_s)
+            if prompt is not None and generated is not None:
+                put("token_rate_per_s", prompt + generated, round_s)
+
+        ongoing = book.gauge(name, sm.REPLICA_PROCESSING) or book.gauge(name, sm.HANDLE_ONGOING)
+        if ongoing is None:
+            running = book.gauge(name, sm.VLLM_RUNNING)
+            waiting = book.gauge(name, sm.VLLM_WAITING)
+            if running is not None:
+                total = running.total + (waiting.total if waiting else 0.0)
+                ongoing = sm.GaugeValue(total, running.series, running.at_s)
+        if ongoing is not None:
+            put("ongoing_requests", ongoing.total, ongoing.at_s)
+        else:
+            put("ongoing_requests", 0.0, round_s)  # nothing in flight reports anything
+        queued = book.gauge(name, sm.HANDLE_QUEUED)
+        put("queued_requests", queued.total if queued else 0.0, queued.at_s if queued else round_s)
+
+        e2e_ms = None
+        if dep.ingress:
+            e2e_ms = book.quantile(name, sm.HTTP_LATENCY_MS, P99, look_back_s)
+        if e2e_ms is None:
+            e2e_ms = book.quantile(name, sm.PROCESSING_LATENCY_MS, P99, look_back_s)
+        if e2e_ms is not None:
+            put("e2e_p99_s", e2e_ms / 1000.0, round_s)
+        else:
+            put("e2e_p99_s", book.quantile(name, sm.VLLM_E2E_S, P99, look_back_s), round_s)
+        put("ttft_p99_s", book.quantile(name, sm.VLLM_TTFT_S, P99, look_back_s), round_s)
+        wait_ms = book.quantile(name, sm.ROUTER_WAIT_MS, P99, look_back_s)
+        put("queue_wait_p99_s", wait_ms / 1000.0 if wait_ms is not None else None, round_s)
+        kv = book.gauge(name, sm.VLLM_KV_CACHE)
+        if kv is not None and kv.series:
+            put("kv_cache_usage_ratio", kv.mean, kv.at_s)
+        return Observation(deployment=name, sensed_at_s=self._wall(), **fields)
+
+
+def _info(dep: ServeDeployment, state_at_s: float) -> DeploymentInfo:
+    target = dep.target_replicas
+    return DeploymentInfo(
+        name=dep.name,
+        app=dep.app,
+        deployment=dep.deployment,
+        external_scaler_enabled=dep.external_scaler_enabled,
+        max_ongoing_requests=dep.max_ongoing_requests,
+        resources_per_replica=dict(dep.resources_per_replica),
+        platform_target_replicas=(
+            Reading(float(target), state_at_s) if target is not None else None
+        ),
+    )
