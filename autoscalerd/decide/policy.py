@@ -31,12 +31,12 @@ def initial_state(
 def refit_forecaster(
     state: DeploymentState, cfg: DeploymentConfig, now_s: float
 ) -> DeploymentState:
-    """Refit the forecaster inline when due. The daemon runs `holt_winters.fit` off the loop."""
+    """Refit the forecaster inline when due. The daemon runs the fit off the loop."""
     if not cfg.forecast.enabled or not holt_winters.refit_due(
         state.forecaster, now_s, cfg.forecast
     ):
         return state
-    model = holt_winters.fit(state.forecaster.history, cfg.forecast)
+    model = holt_winters.fit_state(state.forecaster, cfg.forecast)
     return state.with_(forecaster=holt_winters.install_fit(state.forecaster, model, now_s))
 
 
