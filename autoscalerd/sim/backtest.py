@@ -1,0 +1,387 @@
+"""The backtest: replay one trace through the simulated cluster under each policy.
+
+Every policy sees the same requests (a trace replays identically), the same bounds, the
+same warm start (the replicas the opening load needs), and only what the simulated
+sensor reports each tick. Results: one row per policy, plus the time series the report
+plots. Cost ratios are against the oracle and static-peak runs, which always run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autoscalerd.config import DeploymentConfig
+from autoscalerd.decide.baselines.base import Bounds
+from autoscalerd.sim.cluster import Cluster, ReplicaModel, RequestRecords
+from autoscalerd.sim.policies import (
+    POLICIES,
+    REFERENCE_POLICIES,
+    AutoscalerdPolicy,
+    PolicyContext,
+    initial_replicas,
+    make_policy,
+)
+from autoscalerd.sim.reference import (
+    DemandProfile,
+    oracle_plan,
+    profile,
+    work_bound_replica_seconds,
+)
+from autoscalerd.sim.sensor import SimSensor
+from autoscalerd.sim.traces import Trace
+
+WORK_BOUND = "work-bound"
+
+
+@dataclass(frozen=True, slots=True)
+class BacktestSettings:
+    replica: ReplicaModel = field(default_factory=ReplicaModel)
+    tick_s: float = 1.0
+    ttft_slo_s: float = 1.0
+    # The oracle plans per bucket of this width, at this utilisation of each replica.
+    oracle_bucket_s: float = 60.0
+    oracle_utilization: float = 0.8
+    # Time series for the plot are cut to about this many points.
+    series_points: int = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyResult:
+    """One row of the results table (and of the JSON `results`)."""
+
+    policy: str
+    requests: int
+    slo_attainment_ttft: float | None
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    e2e_p99_s: float | None
+    tpot_p99_s: float | None
+    replica_seconds: float
+    gpu_seconds: float
+    cost_vs_oracle: float | None
+    cost_vs_static_peak: float | None
+    scale_actions: int | None
+    max_queue: int | None
+    unfinished: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key, value in out.items():
+            if isinstance(value, float):
+                out[key] = round(value, 6)
+        return out
+
+
+@dataclass(frozen=True)
+class PolicySeries:
+    """What one policy did over time, cut to plot resolution."""
+
+    time_s: np.ndarray
+    target_replicas: np.ndarray  # mean over each point's span
+    replicas: np.ndarray  # replicas costing (starting, ready, draining), mean
+    ttft_time_s: np.ndarray
+    ttft_p99_s: np.ndarray  # by arrival time, NaN where no request arrived
+    # autoscalerd only: its forecast of the load (in its load unit) over the lead time.
+    forecast_per_s: np.ndarray | None = None
+    forecast_upper_per_s: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class BacktestResult:
+    trace: dict[str, Any]
+    settings: BacktestSettings
+    demand: DemandProfile
+    load_unit: str
+    rows: tuple[PolicyResult, ...]
+    series: dict[str, PolicySeries]
+    wall_s: dict[str, float]  # wall-clock seconds each policy's simulation took
+
+    def row(self, policy: str) -> PolicyResult:
+        return next(r for r in self.rows if r.policy == policy)
+
+    def as_json(self) -> dict[str, Any]:
+        model = self.settings.replica
+        return {
+            "trace": {
+                **self.trace,
+                "requests": self.demand.requests,
+                "duration_s": round(self.demand.duration_s, 3),
+                "mean_prompt_tokens": round(self.demand.mean_prompt_tokens, 1),
+                "mean_output_tokens": round(self.demand.mean_output_tokens, 1),
+            },
+            "simulator": {
+                **asdict(model),
+                "tick_s": self.settings.tick_s,
+                "ttft_slo_s": self.settings.ttft_slo_s,
+                "oracle_bucket_s": self.settings.oracle_bucket_s,
+                "oracle_utilization": self.settings.oracle_utilization,
+                "service_rate_per_replica_per_s": round(
+                    model.service_rate_per_s(
+                        self.demand.mean_prompt_tokens, self.demand.mean_output_tokens
+                    ),
+                    4,
+                ),
+            },
+            "results": [row.as_dict() for row in self.rows],
+        }
+
+
+ProgressCallback = Callable[[str, int], None]
+
+
+def run_backtest(
+    trace: Trace,
+    policies: Sequence[str],
+    cfg: DeploymentConfig,
+    settings: BacktestSettings | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_policy_start: Callable[[str, int], None] | None = None,
+) -> BacktestResult:
+    """Run `policies` (plus static-peak and the oracle) over `trace`.
+
+    `cfg` is autoscalerd's deployment config; its min/max replicas bound every policy.
+    `on_policy_start(name, requests)` and `on_progress(name, requests_done)` report
+    progress.
+    """
+    settings = settings or BacktestSettings()
+    for name in policies:
+        if name not in POLICIES:
+            raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    demand = profile(trace.batches(), settings.oracle_bucket_s, trace.window.duration_s)
+    bounds = Bounds(cfg.autoscaling.min_replicas, cfg.autoscaling.max_replicas)
+    plan = oracle_plan(
+        demand,
+        settings.replica,
+        settings.oracle_utilization,
+        settings.replica.cold_start_s,
+        bounds.min_replicas,
+        bounds.max_replicas,
+    )
+    ctx = PolicyContext(cfg=cfg, bounds=bounds, initial_replicas=plan.target_at(0.0), plan=plan)
+    names = [n for n in POLICIES if n in policies or n in REFERENCE_POLICIES]
+
+    rows: list[PolicyResult] = []
+    series: dict[str, PolicySeries] = {}
+    wall_s: dict[str, float] = {}
+    for name in names:
+        if on_policy_start is not None:
+            on_policy_start(name, demand.requests)
+        started = time.perf_counter()
+        row, policy_series = simulate(
+            name, trace, ctx, demand, settings, cfg.autoscaling.look_back_period_s, on_progress
+        )
+        wall_s[name] = time.perf_counter() - started
+        rows.append(row)
+        series[name] = policy_series
+
+    work_s = work_bound_replica_seconds(demand, settings.replica)
+    rows.append(
+        PolicyResult(
+            policy=WORK_BOUND,
+            requests=demand.requests,
+            slo_attainment_ttft=None,
+            ttft_p50_s=None,
+            ttft_p99_s=None,
+            e2e_p99_s=None,
+            tpot_p99_s=None,
+            replica_seconds=work_s,
+            gpu_seconds=work_s * settings.replica.gpus_per_replica,
+            cost_vs_oracle=None,
+            cost_vs_static_peak=None,
+            scale_actions=None,
+            max_queue=None,
+        )
+    )
+    oracle_s = next(r.replica_seconds for r in rows if r.policy == "oracle")
+    static_s = next(r.replica_seconds for r in rows if r.policy == "static-peak")
+    rows = [
+        _with_ratios(row, oracle_s, static_s)
+        for row in sorted(rows, key=lambda r: _order(r.policy))
+    ]
+    return BacktestResult(
+        trace=trace.describe(),
+        settings=settings,
+        demand=demand,
+        load_unit=cfg.capacity.load_unit,
+        rows=tuple(rows),
+        series=series,
+        wall_s=wall_s,
+    )
+
+
+def _order(policy: str) -> int:
+    order = [*POLICIES, WORK_BOUND]
+    return order.index(policy) if policy in order else len(order)
+
+
+def _with_ratios(row: PolicyResult, oracle_s: float, static_s: float) -> PolicyResult:
+    from dataclasses import replace
+
+    return replace(
+        row,
+        cost_vs_oracle=row.replica_seconds / oracle_s if oracle_s > 0 else None,
+        cost_vs_static_peak=row.replica_seconds / static_s if static_s > 0 else None,
+    )
+
+
+def simulate(
+    name: str,
+    trace: Trace,
+    ctx: PolicyContext,
+    demand: DemandProfile,
+    settings: BacktestSettings,
+    look_back_s: float,
+    on_progress: ProgressCallback | None = None,
+) -> tuple[PolicyResult, PolicySeries]:
+    """One policy over the whole trace."""
+    policy = make_policy(name, ctx)
+    cluster = Cluster(settings.replica, initial_replicas(name, ctx))
+    sensor = SimSensor(cluster, ctx.cfg.name, look_back_s, settings.tick_s)
+    targets = array("i")
+    costing = array("i")
+    forecasts = array("d")
+    uppers = array("d")
+    autoscalerd = policy if isinstance(policy, AutoscalerdPolicy) else None
+
+    def on_tick(now_s: float) -> None:
+        obs = sensor.observe(now_s)
+        target = policy.step(obs, now_s)
+        cluster.set_target(target, now_s)
+        targets.append(cluster.target_replicas)
+        costing.append(cluster.replicas_costing())
+        if autoscalerd is not None:
+            decision = autoscalerd.last_decision
+            point = decision.arrival_rate_forecast_per_s if decision else None
+            upper = decision.arrival_rate_upper_per_s if decision else None
+            forecasts.append(math.nan if point is None else point)
+            uppers.append(math.nan if upper is None else upper)
+
+    done = 0
+
+    def on_batch(requests: int) -> None:
+        nonlocal done
+        done += requests
+        if on_progress is not None:
+            on_progress(name, done)
+
+    cluster.run(trace.batches(), settings.tick_s, demand.duration_s, on_tick, on_batch=on_batch)
+    records = cluster.records()
+    row = _summarise(name, demand.requests, records, cluster, settings)
+    series = _series(
+        records,
+        settings,
+        demand.duration_s,
+        np.frombuffer(targets, dtype=np.int32),
+        np.frombuffer(costing, dtype=np.int32),
+        np.frombuffer(forecasts, dtype=np.float64) if autoscalerd is not None else None,
+        np.frombuffer(uppers, dtype=np.float64) if autoscalerd is not None else None,
+    )
+    return row, series
+
+
+def _summarise(
+    name: str,
+    requests: int,
+    records: RequestRecords,
+    cluster: Cluster,
+    settings: BacktestSettings,
+) -> PolicyResult:
+    finished = len(records)
+    # float64 for the arithmetic; the records are float32 to fit a week in memory.
+    ttft_s = records.ttft_s.astype(np.float64)
+    met = int(np.count_nonzero(ttft_s <= settings.ttft_slo_s + 1e-9))
+    tpot_s = records.tpot_s[~np.isnan(records.tpot_s)].astype(np.float64)
+
+    def pct(values: np.ndarray, q: float) -> float | None:
+        return float(np.percentile(values, q)) if values.size else None
+
+    return PolicyResult(
+        policy=name,
+        requests=requests,
+        # Unfinished requests count as misses.
+        slo_attainment_ttft=met / requests if requests else None,
+        ttft_p50_s=pct(ttft_s, 50),
+        ttft_p99_s=pct(ttft_s, 99),
+        e2e_p99_s=pct(records.e2e_s.astype(np.float64), 99),
+        tpot_p99_s=pct(tpot_s, 99),
+        replica_seconds=cluster.replica_seconds,
+        gpu_seconds=cluster.replica_seconds * settings.replica.gpus_per_replica,
+        cost_vs_oracle=None,
+        cost_vs_static_peak=None,
+        scale_actions=cluster.scale_actions,
+        max_queue=cluster.max_queue,
+        unfinished=requests - finished,
+    )
+
+
+def _series(
+    records: RequestRecords,
+    settings: BacktestSettings,
+    duration_s: float,
+    targets: np.ndarray,
+    costing: np.ndarray,
+    forecasts: np.ndarray | None,
+    uppers: np.ndarray | None,
+) -> PolicySeries:
+    # Per-tick series, averaged over spans of `per` ticks.
+    ticks = targets.size
+    per = max(1, math.ceil(ticks / settings.series_points))
+    time_s = (np.arange(0, ticks, per) + per / 2) * settings.tick_s
+
+    def reduce(values: np.ndarray) -> np.ndarray:
+        pad = (-values.size) % per
+        padded = np.concatenate((values.astype(np.float64), np.full(pad, np.nan)))
+        with np.errstate(invalid="ignore"):
+            blocks = padded.reshape(-1, per)
+            counts = np.sum(~np.isnan(blocks), axis=1)
+            sums = np.nansum(blocks, axis=1)
+            return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+    ttft_bin_s = ttft_bin_width_s(duration_s)
+    ttft_time_s, ttft_p99_s = quantile_by_time(
+        records.arrival_s, records.ttft_s, ttft_bin_s, duration_s, 0.99
+    )
+    return PolicySeries(
+        time_s=time_s,
+        target_replicas=reduce(targets),
+        replicas=reduce(costing),
+        ttft_time_s=ttft_time_s,
+        ttft_p99_s=ttft_p99_s,
+        forecast_per_s=reduce(forecasts) if forecasts is not None else None,
+        forecast_upper_per_s=reduce(uppers) if uppers is not None else None,
+    )
+
+
+def ttft_bin_width_s(duration_s: float) -> float:
+    """About 500 bins, in whole minutes (at least one)."""
+    return 60.0 * max(1, math.ceil(duration_s / 500 / 60))
+
+
+def quantile_by_time(
+    at_s: np.ndarray, values: np.ndarray, bin_s: float, duration_s: float, quantile: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The `quantile` of `values` per time bin of `at_s`; NaN for empty bins."""
+    bins = max(1, math.ceil(duration_s / bin_s))
+    centres = (np.arange(bins) + 0.5) * bin_s
+    out = np.full(bins, np.nan)
+    if at_s.size == 0:
+        return centres, out
+    index = np.minimum((at_s.astype(np.float64) // bin_s).astype(np.int64), bins - 1)
+    order = np.lexsort((values, index))
+    sorted_index = index[order]
+    sorted_values = values[order]
+    starts = np.searchsorted(sorted_index, np.arange(bins), "left")
+    stops = np.searchsorted(sorted_index, np.arange(bins), "right")
+    sizes = stops - starts
+    has = sizes > 0
+    # Nearest-rank quantile within each bin.
+    rank = starts[has] + np.ceil(quantile * sizes[has]).astype(np.int64) - 1
+    out[has] = sorted_values[np.clip(rank, starts[has], stops[has] - 1)]
+    return centres, out

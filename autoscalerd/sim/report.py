@@ -1,0 +1,204 @@
+"""Backtest output: the table (rich), the JSON document, a Markdown table, the PNG."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from autoscalerd.sim.backtest import WORK_BOUND, BacktestResult, PolicyResult
+
+# Column heading, row field, format. One list serves the terminal and the Markdown table.
+_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("policy", "policy", "s"),
+    ("requests", "requests", "d"),
+    ("TTFT SLO met", "slo_attainment_ttft", "pct"),
+    ("TTFT p50 s", "ttft_p50_s", ".3f"),
+    ("TTFT p99 s", "ttft_p99_s", ".2f"),
+    ("e2e p99 s", "e2e_p99_s", ".2f"),
+    ("TPOT p99 ms", "tpot_p99_s", "ms"),
+    ("replica-s", "replica_seconds", ",.0f"),
+    ("× oracle", "cost_vs_oracle", ".2f"),
+    ("× static", "cost_vs_static_peak", ".2f"),
+    ("actions", "scale_actions", "d"),
+    ("max queue", "max_queue", "d"),
+)
+
+# Colours per policy, fixed so every figure reads the same.
+_COLOURS = {
+    "autoscalerd": "#d62728",
+    "ray-serve": "#1f77b4",
+    "hpa": "#2ca02c",
+    "kpa": "#9467bd",
+    "threshold": "#8c564b",
+    "static-peak": "#7f7f7f",
+    "oracle": "#ff7f0e",
+}
+
+
+def _cell(row: PolicyResult, field: str, fmt: str) -> str:
+    value = getattr(row, field)
+    if value is None:
+        return "—"
+    if fmt == "pct":
+        return f"{100 * value:.2f}%"
+    if fmt == "ms":
+        return f"{1000 * value:.1f}"
+    return format(value, fmt)
+
+
+def table(result: BacktestResult) -> Table:
+    demand = result.demand
+    title = (
+        f"{Path(str(result.trace['path'])).name}: {demand.requests:,} requests over "
+        f"{_duration(demand.duration_s)}, TTFT SLO {result.settings.ttft_slo_s:g} s"
+    )
+    out = Table(title=title, title_justify="left")
+    for heading, _, fmt in _COLUMNS:
+        out.add_column(heading, justify="left" if fmt == "s" else "right")
+    for row in result.rows:
+        style = "dim" if row.policy in (WORK_BOUND, "static-peak", "oracle") else None
+        out.add_row(*(_cell(row, field, fmt) for _, field, fmt in _COLUMNS), style=style)
+    return out
+
+
+def print_table(result: BacktestResult, console: Console | None = None) -> None:
+    (console or Console()).print(table(result))
+
+
+def markdown(result: BacktestResult) -> str:
+    lines = [
+        "| " + " | ".join(heading for heading, _, _ in _COLUMNS) + " |",
+        "|" + "|".join("---" if fmt == "s" else "---:" for _, _, fmt in _COLUMNS) + "|",
+    ]
+    for row in result.rows:
+        lines.append("| " + " | ".join(_cell(row, f, fmt) for _, f, fmt in _COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_json(result: BacktestResult, path: str | Path) -> None:
+    document = result.as_json()
+    Path(path).write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
+
+
+def json_text(result: BacktestResult) -> str:
+    return json.dumps(result.as_json(), indent=2, allow_nan=False)
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min"
+
+
+def plot(result: BacktestResult, path: str | Path) -> None:
+    """Three panels over time: load and autoscalerd's forecast, replicas, TTFT p99."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    demand = result.demand
+    scale_s, unit = (3600.0, "hours") if demand.duration_s > 3 * 3600 else (60.0, "minutes")
+    figure, (load_ax, replicas_ax, ttft_ax) = plt.subplots(
+        3, 1, figsize=(12, 10), sharex=True, gridspec_kw={"height_ratios": [1, 1.2, 1]}
+    )
+    name = Path(str(result.trace["path"])).name
+    figure.suptitle(f"Backtest of {name} ({demand.requests:,} requests)")
+
+    # Load, per oracle bucket, and autoscalerd's forecast in requests/s.
+    bucket_time = (np.arange(demand.arrivals.size) + 0.5) * demand.bucket_s / scale_s
+    load_ax.plot(bucket_time, demand.arrival_rate_per_s(), color="black", lw=0.8, label="arrivals")
+    series = result.series.get("autoscalerd")
+    if series is not None and series.forecast_per_s is not None:
+        per_request = _load_per_request(result)
+        load_ax.plot(
+            series.time_s / scale_s,
+            series.forecast_per_s / per_request,
+            color=_COLOURS["autoscalerd"],
+            lw=1.0,
+            label="autoscalerd forecast",
+        )
+        if series.forecast_upper_per_s is not None:
+            load_ax.plot(
+                series.time_s / scale_s,
+                series.forecast_upper_per_s / per_request,
+                color=_COLOURS["autoscalerd"],
+                lw=0.6,
+                ls=":",
+                label="forecast upper bound",
+            )
+    load_ax.set_ylabel(f"requests/s ({demand.bucket_s:g} s bins)")
+    load_ax.legend(loc="upper right", fontsize=8)
+
+    for policy, policy_series in result.series.items():
+        replicas_ax.plot(
+            policy_series.time_s / scale_s,
+            policy_series.replicas,
+            lw=1.2 if policy == "autoscalerd" else 0.8,
+            color=_COLOURS.get(policy),
+            label=policy,
+        )
+        ttft_ax.plot(
+            policy_series.ttft_time_s / scale_s,
+            policy_series.ttft_p99_s,
+            lw=1.2 if policy == "autoscalerd" else 0.8,
+            color=_COLOURS.get(policy),
+            label=policy,
+        )
+    model = result.settings.replica
+    work_per_s = (
+        np.maximum(
+            demand.prompt_tokens / model.prefill_tokens_per_s,
+            demand.output_tokens / model.decode_tokens_per_s,
+        )
+        / demand.bucket_s
+    )
+    replicas_ax.plot(bucket_time, work_per_s, color="black", lw=0.6, ls="--", label="work")
+    replicas_ax.set_ylabel("replicas (costing)")
+    replicas_ax.legend(loc="upper right", fontsize=8, ncol=2)
+
+    ttft_ax.axhline(result.settings.ttft_slo_s, color="black", lw=0.8, ls="--", label="SLO")
+    ttft_ax.set_yscale("log")
+    bin_min = _ttft_bin_minutes(result)
+    ttft_ax.set_ylabel(f"TTFT p99 s ({bin_min:g} min bins)")
+    ttft_ax.set_xlabel(unit)
+    ttft_ax.legend(loc="upper right", fontsize=8, ncol=2)
+    for ax in (load_ax, replicas_ax, ttft_ax):
+        ax.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _load_per_request(result: BacktestResult) -> float:
+    """Divide a forecast in the load unit by this to get requests/s."""
+    if result.load_unit != "tokens":
+        return 1.0
+    demand = result.demand
+    per_request = demand.mean_prompt_tokens + demand.mean_output_tokens
+    return per_request if per_request > 0 and math.isfinite(per_request) else 1.0
+
+
+def _ttft_bin_minutes(result: BacktestResult) -> float:
+    for series in result.series.values():
+        if series.ttft_time_s.size > 1:
+            return float(series.ttft_time_s[1] - series.ttft_time_s[0]) / 60.0
+    return 1.0
+
+
+def summary(result: BacktestResult) -> dict[str, Any]:
+    """Wall-clock speed of each policy's simulation: requests per second."""
+    requests = result.demand.requests
+    return {
+        name: {"wall_s": round(wall_s, 3), "requests_per_s": round(requests / wall_s)}
+        for name, wall_s in result.wall_s.items()
+        if wall_s > 0
+    }
