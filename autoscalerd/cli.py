@@ -11,6 +11,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -153,32 +154,25 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: Config, args: argparse.Namespace) -> int:
+    from autoscalerd import state as saved_state
     from autoscalerd.act import registry
     from autoscalerd.act.base import ActuatorContext
     from autoscalerd.act.shadow import ShadowActuator
     from autoscalerd.clock import Clock, RealClock, VirtualClock
     from autoscalerd.loop import Controller
+    from autoscalerd.metrics import Metrics
+    from autoscalerd.notify import Notifier, TickNotifier, keep_watchdog_fed, watchdog_interval_s
+    from autoscalerd.server import HealthRule, create_app, start
 
     log = logs.get("autoscalerd")
     sensors = registry.build_sensors(config)
     starts = [getattr(s, "start_s", None) for s in sensors]
     replay = bool(sensors) and all(start is not None for start in starts)
-    clock: Clock = (
-        VirtualClock(min(s for s in starts if s is not None), args.speed) if replay else RealClock()
-    )
     actuators: list[Any]
     if args.dry_run:
         actuators = [ShadowActuator(replaced=[p.type for p in config.actuators])]
     else:
         actuators = registry.build_actuators(config, ActuatorContext(config=config, dry_run=False))
-    controller = Controller(
-        config, sensors, actuators, clock, inline_refit=replay, dry_run=args.dry_run
-    )
-
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, controller.stop)
-    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(controller, args.config))
     log.info(
         "started",
         version=__version__,
@@ -188,17 +182,114 @@ async def _serve(config: Config, args: argparse.Namespace) -> int:
         sensors=[getattr(s, "name", "?") for s in sensors],
         actuators=[getattr(a, "name", "?") for a in actuators],
     )
-    await controller.run()
+
+    # Saved state first: under replay it decides where in the trace the clock resumes.
+    origin_s = min(s for s in starts if s is not None) if replay else None
+    state_path = saved_state.resolve_path(config.state)
+    snapshot = saved_state.load_or_set_aside(state_path) if state_path else None
+    if state_path is None:
+        log.info("state_off", hint="set state.path or $STATE_DIRECTORY to survive restarts")
+    if snapshot is not None and not snapshot.same_clock(origin_s):
+        log.warning("state_ignored", path=str(state_path), reason="saved on another clock")
+        snapshot = None
+    clock: Clock = RealClock()
+    if origin_s is not None:
+        resume_s = snapshot.resume_s(origin_s, args.speed, time.time()) if snapshot else origin_s
+        if resume_s > origin_s:
+            # A replay's first sense() sets its baseline and the second consumes the
+            # trace up to there, so the first tick sees traffic from resume_s on only.
+            for sensor in sensors:
+                for _ in range(2):
+                    await sensor.sense(resume_s)
+            log.info("replay_resumed", at_s=resume_s, skipped_s=round(resume_s - origin_s, 3))
+        clock = VirtualClock(resume_s, args.speed)
+    controller = Controller(
+        config, sensors, actuators, clock, inline_refit=replay, dry_run=args.dry_run
+    )
+    if snapshot is not None:
+        controller.restored = dict(snapshot.deployments)
+
+    metrics = Metrics()
+    controller.listeners.append(metrics.on_tick)
+    controller.refit_listeners.append(metrics.on_refit)
+    keeper = None
+    if state_path is not None:
+        keeper = saved_state.StateKeeper(state_path, origin_s, metrics.on_state_saved)
+        controller.listeners.append(keeper)
+    notifier = Notifier()
+    controller.listeners.append(TickNotifier(notifier))
+    health = HealthRule(args.speed if replay else None)
+    runner = None
+    if config.http.enabled:
+        runner = await start(create_app(controller, metrics, health, keeper), config.http.addr)
+        log.info("http_listening", addr=config.http.addr)
+    watchdog: asyncio.Task[None] | None = None
+    interval_s = watchdog_interval_s()
+    if interval_s is not None:
+        watchdog = asyncio.create_task(
+            keep_watchdog_fed(notifier, interval_s, lambda: health.check(controller)[0])
+        )
+
+    def stop(signame: str) -> None:
+        if not controller.stopping:
+            log.info("stopping", signal=signame)
+            notifier.stopping(f"stopping on {signame}")
+        controller.stop()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop, signal.Signals(signum).name)
+    loop.add_signal_handler(signal.SIGHUP, _reload, controller, args, metrics, notifier)
+    try:
+        await controller.run()
+    finally:
+        notifier.stopping()
+        if watchdog is not None:
+            watchdog.cancel()
+        if keeper is not None and await keeper.flush(controller, clock.now_s()):
+            log.info("state_saved", path=str(state_path))
+        if runner is not None:
+            await runner.cleanup()
+        notifier.close()
     log.info("stopped", ticks=controller.ticks_completed, finished=controller.finished())
     return EXIT_OK
 
 
-def _reload(controller: Any, path: str) -> None:
+def _reload(controller: Any, args: argparse.Namespace, metrics: Any, notifier: Any) -> None:
+    """SIGHUP: re-read the config. Invalid: rejected whole, the running one kept. Valid:
+    applied at the next tick; every deployment keeps its state."""
     log = logs.get("autoscalerd")
+    notifier.reloading()
     try:
-        config = load_config(path)
+        config = load_config(args.config)
     except ConfigError as exc:
-        log.error("reload_rejected", config=path, problems=exc.problems)
+        log.error("reload_rejected", config=args.config, problems=exc.problems, kept="previous")
+        metrics.on_reload(False)
+        notifier.ready(f"reload rejected: {exc.problems[0]}")
         return
-    controller.reload(config)
-    log.info("reloaded", config=path)
+    if args.http_addr:  # validated at start; the command line still wins over the file
+        config = config.model_copy(
+            update={"http": config.http.model_copy(update={"addr": args.http_addr})}
+        )
+    old = controller.config
+    # These are built once at start; the rest (deployments, policy, http.token) applies live.
+    needs_restart = [
+        name
+        for name, before, after in (
+            ("sensors", old.sensors, config.sensors),
+            ("actuators", old.actuators, config.actuators),
+            ("http.addr", old.http.addr, config.http.addr),
+            ("http.enabled", old.http.enabled, config.http.enabled),
+            ("state.path", old.state.path, config.state.path),
+            ("cluster", old.cluster, config.cluster),
+        )
+        if before != after
+    ]
+    if config.log_level != old.log_level:
+        logs.configure(
+            config.log_level, json={"json": True, "console": False}.get(args.log_format or "")
+        )
+    controller.stage_reload(config)
+    metrics.on_reload(True)
+    log.info("reloaded", config=args.config, needs_restart=needs_restart)
+    notifier.ready("reloaded")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from autoscalerd import logs
+from autoscalerd import state as saved_state
 from autoscalerd.act.base import Actuation, ActuationResult
 from autoscalerd.clock import Clock
 from autoscalerd.config import Config, DeploymentConfig
@@ -40,6 +41,7 @@ class DeploymentRuntime:
     override_replicas: int | None = None
     override_until_s: float | None = None
     refit_in_flight: bool = False
+    applied_replicas: int | None = None  # the last target an actuator confirmed
 
 
 @dataclass
@@ -48,6 +50,7 @@ class TickReport:
 
     started_at_s: float
     duration_s: float
+    # Every decision of the tick, a paused deployment's too (it is decided, not actuated).
     decisions: list[Decision] = field(default_factory=list)
     results: list[ActuationResult] = field(default_factory=list)
     sensor_errors: dict[str, str] = field(default_factory=dict)
@@ -55,6 +58,13 @@ class TickReport:
 
 
 TickListener = Callable[["Controller", TickReport], None]
+# (deployment, duration in seconds, or None when the refit failed)
+RefitListener = Callable[[str, "float | None"], None]
+
+# On SIGTERM a tick in progress gets this long to finish before it is abandoned, and
+# sensors and actuators as long again to close: the daemon exits well within 10 s.
+STOP_GRACE_S = 4.0
+CLOSE_TIMEOUT_S = 3.0
 
 
 def merge_observations(name: str, now_s: float, observations: Sequence[Observation]) -> Observation:
@@ -91,7 +101,12 @@ class Controller:
         self.inline_refit = inline_refit
         self.deployments: dict[str, DeploymentRuntime] = {}
         self.listeners: list[TickListener] = []
+        self.refit_listeners: list[RefitListener] = []
+        # Saved state not yet adopted: a deployment takes its entry when first seen.
+        self.restored: dict[str, saved_state.SavedDeployment] = {}
         self.ticks_completed = 0
+        self.started_monotonic_s = time.monotonic()
+        self._pending_config: Config | None = None
         self.last_tick_at_s: float | None = None
         self.last_tick_monotonic_s: float | None = None
         self.sensor_errors: dict[str, str] = {}
@@ -115,13 +130,14 @@ class Controller:
         return bool(self.sensors) and all(getattr(s, "finished", False) for s in self.sensors)
 
     async def run(self) -> None:
-        tick_s = self.config.tick_s
         deadline_s = self.clock.now_s()
         try:
             while not self._stop.is_set():
-                await self.tick(deadline_s)
+                if not await self._tick_or_stop(deadline_s):
+                    break
                 if self.finished():
                     break
+                tick_s = self.config.tick_s  # a reload may change it
                 deadline_s += tick_s
                 now_s = self.clock.now_s()
                 if now_s > deadline_s + tick_s:
@@ -130,6 +146,29 @@ class Controller:
                 await self._sleep_or_stop(deadline_s)
         finally:
             await self.close()
+
+    async def _tick_or_stop(self, now_s: float) -> bool:
+        """Run one tick; on stop, let it finish within STOP_GRACE_S, else abandon it.
+
+        An abandoned tick leaves consistent state: each deployment's decision is made in
+        one synchronous step, so cancelling can only cut sensing or actuation short.
+        """
+        tick = asyncio.ensure_future(self.tick(now_s))
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({tick, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if not tick.done():
+                await asyncio.wait({tick}, timeout=STOP_GRACE_S)
+            if not tick.done():
+                tick.cancel()
+                await asyncio.gather(tick, return_exceptions=True)
+                self._log.warning("tick_abandoned", grace_s=STOP_GRACE_S)
+                return False
+            tick.result()  # a failure of the loop itself propagates
+            return True
+        finally:
+            stopper.cancel()
+            await asyncio.gather(stopper, return_exceptions=True)
 
     async def _sleep_or_stop(self, deadline_s: float) -> None:
         sleeper = asyncio.ensure_future(self.clock.sleep_until(deadline_s))
@@ -142,15 +181,24 @@ class Controller:
             await asyncio.gather(sleeper, stopper, return_exceptions=True)
 
     async def close(self) -> None:
-        for component in [*self.sensors, *self.actuators]:
-            try:
-                await component.close()
-            except Exception as exc:
+        components = [*self.sensors, *self.actuators]
+        results = await asyncio.gather(
+            *(asyncio.wait_for(c.close(), CLOSE_TIMEOUT_S) for c in components),
+            return_exceptions=True,
+        )
+        for component, result in zip(components, results, strict=True):
+            if isinstance(result, Exception):
+                error = "timed out" if isinstance(result, TimeoutError) else str(result)
                 self._log.warning(
-                    "close_failed", component=getattr(component, "name", "?"), error=str(exc)
+                    "close_failed", component=getattr(component, "name", "?"), error=error
                 )
         if self._pool is not None:
+            # A fit in progress is not worth waiting for at exit (the interpreter would
+            # join the worker): end it; the next start refits if still due.
+            workers = list((getattr(self._pool, "_processes", None) or {}).values())
             self._pool.shutdown(wait=False, cancel_futures=True)
+            for worker in workers:
+                worker.terminate()
             self._pool = None
 
     def reload(self, config: Config) -> None:
@@ -159,9 +207,17 @@ class Controller:
         for runtime in self.deployments.values():
             runtime.config = config.deployment(runtime.name)
 
+    def stage_reload(self, config: Config) -> None:
+        """Apply a new, already validated config at the start of the next tick, so that a
+        tick in progress decides with one config throughout."""
+        self._pending_config = config
+
     # ------------------------------------------------------------------ one tick
 
     async def tick(self, now_s: float) -> TickReport:
+        if self._pending_config is not None:
+            self.reload(self._pending_config)
+            self._pending_config = None
         started = time.monotonic()
         report = TickReport(started_at_s=now_s, duration_s=0.0)
         sensed = await self._sense(now_s, report)
@@ -176,9 +232,11 @@ class Controller:
                 )
                 continue
             self._report_change(("deployment", name), "", "decide_recovered")
+            decision = self.deployments[name].last_decision
+            if decision is not None:
+                report.decisions.append(decision)
             if actuation is not None:
                 actuations.append(actuation)
-                report.decisions.append(actuation.decision)
         report.results = await self._act(actuations)
         report.duration_s = time.monotonic() - started
         self.ticks_completed += 1
@@ -252,16 +310,7 @@ class Controller:
         obs = merge_observations(name, now_s, observations)
         runtime = self.deployments.get(name)
         if runtime is None:
-            cfg = self.config.deployment(name)
-            platform = obs.platform_target_replicas
-            current = int(platform.value) if platform is not None else None
-            runtime = DeploymentRuntime(
-                name=name, config=cfg, state=policy.initial_state(cfg, now_s, current)
-            )
-            self.deployments[name] = runtime
-            self._log.info(
-                "deployment_managed", deployment=name, replicas=runtime.state.target_replicas
-            )
+            runtime = self._adopt(name, obs, now_s)
         if info is not None:
             runtime.info = info
         runtime.last_observation = obs
@@ -309,6 +358,51 @@ class Controller:
             )
         return Actuation(decision=decision, info=runtime.info, headroom_replicas=headroom)
 
+    def _adopt(self, name: str, obs: Observation, now_s: float) -> DeploymentRuntime:
+        """A deployment seen for the first time: from saved state if there is usable state,
+        else starting from what the platform runs."""
+        cfg = self.config.deployment(name)
+        platform = obs.fresh("platform_target_replicas", now_s, cfg.max_metric_age_s)
+        current = int(platform) if platform is not None else None
+        saved = self.restored.pop(name, None)
+        restored = saved_state.restore(saved, now_s, cfg, current) if saved else None
+        if saved is not None and restored is not None:
+            runtime = DeploymentRuntime(
+                name=name,
+                config=cfg,
+                state=restored,
+                paused=saved.paused,
+                override_replicas=saved.override_replicas,
+                override_until_s=saved.override_until_s,
+                applied_replicas=saved.applied_replicas,
+            )
+            self._log.info(
+                "state_restored",
+                deployment=name,
+                replicas=restored.target_replicas,
+                saved_replicas=saved.state.target_replicas,
+                down_s=round(now_s - saved.saved_at_s, 3),
+                # False: no scale-down until downscale_delay_s of fresh data (see state.py).
+                fresh_history_kept=restored.fresh_since_s is not None,
+                paused=saved.paused,
+            )
+        else:
+            if saved is not None:
+                self._log.warning(
+                    "state_not_restored",
+                    deployment=name,
+                    reason="saved later than now on this clock",
+                    saved_at_s=saved.saved_at_s,
+                )
+            runtime = DeploymentRuntime(
+                name=name, config=cfg, state=policy.initial_state(cfg, now_s, current)
+            )
+        self.deployments[name] = runtime
+        self._log.info(
+            "deployment_managed", deployment=name, replicas=runtime.state.target_replicas
+        )
+        return runtime
+
     def _apply_operator(
         self, runtime: DeploymentRuntime, decision: Decision, now_s: float
     ) -> Decision:
@@ -339,25 +433,32 @@ class Controller:
         if not holt_winters.refit_due(runtime.state.forecaster, now_s, cfg.forecast):
             return
         if self.inline_refit:
+            started = time.monotonic()
+            model_before = runtime.state.forecaster.model
             runtime.state = policy.refit_forecaster(runtime.state, cfg, now_s)
+            fitted = runtime.state.forecaster.model is not model_before
+            self._refitted(runtime.name, time.monotonic() - started if fitted else None)
             return
         if self._pool is None:
             self._pool = concurrent.futures.ProcessPoolExecutor(max_workers=1)
-        history = runtime.state.forecaster.history
+        snapshot = runtime.state.forecaster
         runtime.refit_in_flight = True
         started = time.monotonic()
         future = asyncio.get_running_loop().run_in_executor(
-            self._pool, holt_winters.fit, history, cfg.forecast
+            self._pool, holt_winters.fit_state, snapshot, cfg.forecast
         )
 
         def installed(done: asyncio.Future[holt_winters.FittedModel]) -> None:
             runtime.refit_in_flight = False
+            if done.cancelled():  # shutting down
+                return
             try:
                 model = done.result()
             except Exception as exc:
                 self._log.warning(
                     "refit_failed", deployment=runtime.name, error=f"{type(exc).__name__}: {exc}"
                 )
+                self._refitted(runtime.name, None)
                 return
             fitted_at_s = self.clock.now_s()
             runtime.state = runtime.state.with_(
@@ -370,8 +471,16 @@ class Controller:
                 method=model.method,
                 duration_s=round(self.last_refit_duration_s, 3),
             )
+            self._refitted(runtime.name, self.last_refit_duration_s)
 
         future.add_done_callback(installed)
+
+    def _refitted(self, name: str, duration_s: float | None) -> None:
+        for listener in self.refit_listeners:
+            try:
+                listener(name, duration_s)
+            except Exception as exc:
+                self._log.warning("listener_failed", error=f"{type(exc).__name__}: {exc}")
 
     async def _act(self, actuations: list[Actuation]) -> list[ActuationResult]:
         if not actuations:
@@ -410,9 +519,11 @@ class Controller:
                     "" if item.ok else f"{item.error_kind}: {item.message}",
                     "actuation_failed" if not item.ok else "actuation_recovered",
                 )
-                if item.ok and not item.skipped:
+                if item.ok:
                     runtime = self.deployments.get(item.deployment)
-                    if runtime is not None:
+                    if runtime is not None and item.applied_replicas is not None:
+                        runtime.applied_replicas = item.applied_replicas
+                    if runtime is not None and not item.skipped:
                         runtime.last_error = None
                 elif not item.ok:
                     runtime = self.deployments.get(item.deployment)

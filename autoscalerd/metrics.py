@@ -1,0 +1,263 @@
+"""autoscalerd's own Prometheus metrics, fed by a Controller tick listener.
+
+Its own CollectorRegistry (not the process-global one), so a test or a second controller
+in one process never sees another's series. Names: `autoscalerd_` prefix, base units
+(seconds, per second), `_total` on counters. Rates are in the deployment's load unit
+(requests or tokens), named by the `load_unit` label.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import fields
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+
+from autoscalerd import __version__
+from autoscalerd.model import Decision, Observation, Reading
+
+if TYPE_CHECKING:
+    from autoscalerd.loop import Controller, DeploymentRuntime, TickReport
+
+# Ticks are milliseconds when sensors answer at once, up to the sensor timeout otherwise.
+TICK_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+# A Holt-Winters fit takes milliseconds (Holt) to tens of seconds (a long seasonal window).
+REFIT_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        # `_created` series double every counter's output for a value nobody graphs.
+        disable_created_metrics()
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        Gauge(
+            "autoscalerd_build_info", "autoscalerd version (always 1)", ["version"], registry=r
+        ).labels(__version__).set(1)
+        per_load = ["deployment", "load_unit"]
+        self.observed_rate = Gauge(
+            "autoscalerd_observed_arrival_rate_per_second",
+            "Arrival rate over look_back_period_s, in load_unit per second",
+            per_load,
+            registry=r,
+        )
+        self.forecast_rate = Gauge(
+            "autoscalerd_forecast_arrival_rate_per_second",
+            "Forecast arrival rate over the lead time: bound=point (ŷ) or upper (ŷ + z·σ)",
+            [*per_load, "bound"],
+            registry=r,
+        )
+        self.service_rate = Gauge(
+            "autoscalerd_service_rate_per_replica_per_second",
+            "μ: load one replica serves per second (learned, derated), in load_unit",
+            per_load,
+            registry=r,
+        )
+        self.current_replicas = Gauge(
+            "autoscalerd_current_replicas",
+            "Replicas running, as the platform reports them (else the target in force)",
+            ["deployment"],
+            registry=r,
+        )
+        self.desired_replicas = Gauge(
+            "autoscalerd_desired_replicas",
+            "Target replicas of the latest decision",
+            ["deployment"],
+            registry=r,
+        )
+        self.applied_replicas = Gauge(
+            "autoscalerd_applied_replicas",
+            "Target replicas an actuator last confirmed",
+            ["deployment"],
+            registry=r,
+        )
+        self.paused = Gauge(
+            "autoscalerd_paused",
+            "1 while an operator has paused the deployment",
+            ["deployment"],
+            registry=r,
+        )
+        self.override = Gauge(
+            "autoscalerd_override_replicas",
+            "Replicas pinned by an operator override (absent when none)",
+            ["deployment"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "autoscalerd_decisions_total",
+            "Decisions, counted once for each reason code they carry",
+            ["deployment", "reason"],
+            registry=r,
+        )
+        self.actuations = Counter(
+            "autoscalerd_actuation_attempts_total",
+            "Target changes handed to an actuator (idempotent no-ops excluded)",
+            ["actuator", "deployment"],
+            registry=r,
+        )
+        self.actuation_errors = Counter(
+            "autoscalerd_actuation_errors_total",
+            "Failed actuations by error kind (not_found, unavailable, timeout, ...)",
+            ["actuator", "deployment", "kind"],
+            registry=r,
+        )
+        self.sensor_errors = Counter(
+            "autoscalerd_sensor_errors_total",
+            "Ticks in which a sensor failed or timed out",
+            ["sensor"],
+            registry=r,
+        )
+        self.sensor_up = Gauge(
+            "autoscalerd_sensor_up",
+            "1 when the sensor's last call succeeded",
+            ["sensor"],
+            registry=r,
+        )
+        self.input_age = Gauge(
+            "autoscalerd_input_age_seconds",
+            "Age of each sensed input at the latest tick (staleness)",
+            ["deployment", "input"],
+            registry=r,
+        )
+        self.deployment_errors = Counter(
+            "autoscalerd_deployment_errors_total",
+            "Ticks in which deciding for a deployment failed",
+            ["deployment"],
+            registry=r,
+        )
+        self.ticks = Counter("autoscalerd_ticks_total", "Completed ticks", registry=r)
+        self.tick_duration = Histogram(
+            "autoscalerd_tick_duration_seconds",
+            "Wall time of one tick: sense, decide, act",
+            buckets=TICK_BUCKETS_S,
+            registry=r,
+        )
+        self.refit_duration = Histogram(
+            "autoscalerd_forecast_refit_duration_seconds",
+            "Wall time of one forecaster refit (statsmodels fit)",
+            ["deployment"],
+            buckets=REFIT_BUCKETS_S,
+            registry=r,
+        )
+        self.refit_failures = Counter(
+            "autoscalerd_forecast_refit_failures_total",
+            "Forecaster refits that failed (the previous model is kept)",
+            ["deployment"],
+            registry=r,
+        )
+        self.reloads = Counter(
+            "autoscalerd_config_reloads_total",
+            "SIGHUP config reloads: result=applied or rejected (invalid, old config kept)",
+            ["result"],
+            registry=r,
+        )
+        self.reload_ok = Gauge(
+            "autoscalerd_config_last_reload_successful",
+            "1 when the last reload was applied (or none was tried), 0 when it was rejected",
+            registry=r,
+        )
+        self.reload_ok.set(1)
+        self.state_saves = Counter(
+            "autoscalerd_state_saves_total",
+            "Writes of the state file: result=ok or failed",
+            ["result"],
+            registry=r,
+        )
+        for result in ("applied", "rejected"):
+            self.reloads.labels(result)
+        for result in ("ok", "failed"):
+            self.state_saves.labels(result)
+
+    # ------------------------------------------------------------------ feeding
+
+    def on_tick(self, controller: Controller, report: TickReport) -> None:
+        self.ticks.inc()
+        self.tick_duration.observe(report.duration_s)
+        for sensor in controller.sensors:
+            name = getattr(sensor, "name", type(sensor).__name__)
+            failed = name in report.sensor_errors
+            self.sensor_up.labels(name).set(0 if failed else 1)
+            if failed:
+                self.sensor_errors.labels(name).inc()
+        for name in report.deployment_errors:
+            self.deployment_errors.labels(name).inc()
+        for decision in report.decisions:
+            for reason in decision.reasons:
+                self.decisions.labels(decision.deployment, reason.value).inc()
+        for result in report.results:
+            if result.skipped:
+                continue
+            self.actuations.labels(result.actuator, result.deployment).inc()
+            if not result.ok:
+                self.actuation_errors.labels(
+                    result.actuator, result.deployment, result.error_kind or "error"
+                ).inc()
+        for name, runtime in controller.deployments.items():
+            self._deployment(name, runtime, report.started_at_s)
+
+    def on_refit(self, deployment: str, duration_s: float | None) -> None:
+        """A refit finished: its duration, or None when it failed."""
+        if duration_s is None:
+            self.refit_failures.labels(deployment).inc()
+        else:
+            self.refit_duration.labels(deployment).observe(duration_s)
+
+    def on_reload(self, applied: bool) -> None:
+        self.reloads.labels("applied" if applied else "rejected").inc()
+        self.reload_ok.set(1 if applied else 0)
+
+    def on_state_saved(self, ok: bool) -> None:
+        self.state_saves.labels("ok" if ok else "failed").inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # ------------------------------------------------------------------ per deployment
+
+    def _deployment(self, name: str, runtime: DeploymentRuntime, now_s: float) -> None:
+        decision: Decision | None = runtime.last_decision
+        if decision is not None:
+            unit = decision.load_unit
+            _set(self.observed_rate, (name, unit), decision.arrival_rate_obs_per_s)
+            _set(self.forecast_rate, (name, unit, "point"), decision.arrival_rate_forecast_per_s)
+            _set(self.forecast_rate, (name, unit, "upper"), decision.arrival_rate_upper_per_s)
+            _set(self.service_rate, (name, unit), decision.service_rate_per_replica_per_s)
+            self.desired_replicas.labels(name).set(decision.target_replicas)
+        obs: Observation | None = runtime.last_observation
+        running = obs.running_replicas if obs is not None else None
+        if running is not None:
+            self.current_replicas.labels(name).set(running.value)
+        elif decision is not None:
+            self.current_replicas.labels(name).set(decision.previous_replicas)
+        _set(self.applied_replicas, (name,), runtime.applied_replicas)
+        self.paused.labels(name).set(1 if runtime.paused else 0)
+        _set(self.override, (name,), runtime.override_replicas)
+        if obs is not None:
+            for input_name, reading in _readings(obs):
+                self.input_age.labels(name, input_name).set(reading.age_s(now_s))
+
+
+def _set(gauge: Gauge, labels: tuple[str, ...], value: float | None) -> None:
+    """Set the series, or remove it while the value is unknown (absent, not a false 0)."""
+    if value is None:
+        with contextlib.suppress(KeyError):  # never set
+            gauge.remove(*labels)
+        return
+    gauge.labels(*labels).set(value)
+
+
+def _readings(obs: Observation) -> list[tuple[str, Reading]]:
+    out: list[tuple[str, Reading]] = []
+    for f in fields(obs):
+        value = getattr(obs, f.name)
+        if isinstance(value, Reading):
+            out.append((f.name, value))
+    return out

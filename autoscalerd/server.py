@@ -1,0 +1,456 @@
+"""The HTTP API, served by aiohttp in the daemon's own event loop.
+
+    GET  /metrics                              Prometheus exposition (autoscalerd_*)
+    GET  /healthz                              200 while ticks complete, else 503
+    GET  /readyz                               200 once ticking on fresh inputs, else 503
+    GET  /v1/status                            every deployment: config, inputs, decision
+    GET  /v1/decisions?deployment=&limit=&changed=   recent decisions (bounded ring)
+    POST /v1/deployments/{name}/pause          hold the current target
+    POST /v1/deployments/{name}/resume         end a pause or an override
+    POST /v1/deployments/{name}/override       {"replicas": N, "ttl_s": T}
+
+Deployment names contain a slash ("app/deployment"); the name is everything between
+`/v1/deployments/` and the action, so `/v1/deployments/llm/chat/pause` pauses "llm/chat".
+A percent-encoded slash (`llm%2Fchat`) works too.
+
+The POST endpoints change what the daemon does, so they take `Authorization: Bearer
+<token>` (http.token, else the environment variable named by http.token_env): 401
+without it, 403 when wrong, and 403 for everyone while no token is configured. Every error
+is a JSON body `{"error": "..."}` with a 4xx status; a bug is a 500 with a JSON body and a
+log event, never a traceback on the wire.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+import os
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from autoscalerd import __version__, logs
+from autoscalerd.loop import Controller, DeploymentRuntime, TickReport
+from autoscalerd.metrics import Metrics
+from autoscalerd.model import Decision, Reason
+from autoscalerd.state import StateKeeper
+
+# Decisions kept per deployment for /v1/decisions: about 17 minutes at a 1 s tick.
+DECISIONS_KEPT = 1000
+DEFAULT_DECISIONS_LIMIT = 100
+# /healthz allows 3 tick periods, but never less than this much wall time: scheduler jitter
+# on a busy host must not flap health when a replay runs many ticks per second.
+MIN_HEALTH_WINDOW_S = 1.0
+# An override lasts at most a week; without ttl_s it lasts until resume.
+MAX_OVERRIDE_TTL_S = 7 * 24 * 3600.0
+# Time given to open connections at shutdown.
+SHUTDOWN_TIMEOUT_S = 1.0
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+@dataclass(frozen=True, slots=True)
+class HealthRule:
+    """When the loop counts as alive: a tick completed within 3 tick periods (wall time)."""
+
+    speed: float | None = None  # replay: trace seconds per wall second; None: real time
+
+    def window_s(self, tick_s: float) -> float:
+        period_s = tick_s / self.speed if self.speed else tick_s
+        return max(3.0 * period_s, MIN_HEALTH_WINDOW_S)
+
+    def check(self, controller: Controller) -> tuple[bool, float, float]:
+        """(healthy, seconds since the last completed tick or the start, the window)."""
+        since_s = controller.last_tick_monotonic_s or controller.started_monotonic_s
+        age_s = time.monotonic() - since_s
+        window_s = self.window_s(controller.config.tick_s)
+        return age_s <= window_s, age_s, window_s
+
+
+class DecisionLog:
+    """The Controller listener keeping each deployment's recent decisions."""
+
+    def __init__(self, kept: int = DECISIONS_KEPT) -> None:
+        self.kept = kept
+        self.by_deployment: dict[str, deque[Decision]] = {}
+
+    def __call__(self, controller: Controller, report: TickReport) -> None:
+        for decision in report.decisions:
+            ring = self.by_deployment.get(decision.deployment)
+            if ring is None:
+                ring = self.by_deployment[decision.deployment] = deque(maxlen=self.kept)
+            ring.append(decision)
+
+    def recent(self, deployment: str | None, limit: int, changed_only: bool) -> list[Decision]:
+        """The latest `limit` decisions, oldest first."""
+        if deployment is not None:
+            pool = list(self.by_deployment.get(deployment, ()))
+        else:
+            pool = sorted(
+                (d for ring in self.by_deployment.values() for d in ring),
+                key=lambda d: d.decided_at_s,
+            )
+        if changed_only:
+            pool = [d for d in pool if d.changed]
+        return pool[-limit:] if limit else []
+
+
+CONTROLLER = web.AppKey("controller", Controller)
+METRICS = web.AppKey("metrics", Metrics)
+DECISIONS = web.AppKey("decisions", DecisionLog)
+HEALTH = web.AppKey("health", HealthRule)
+STATE_KEEPER = web.AppKey("state_keeper", StateKeeper)
+
+
+def create_app(
+    controller: Controller,
+    metrics: Metrics,
+    health: HealthRule,
+    state_keeper: StateKeeper | None = None,
+) -> web.Application:
+    app = web.Application(middlewares=[_json_errors])
+    app[CONTROLLER] = controller
+    app[METRICS] = metrics
+    app[DECISIONS] = DecisionLog()
+    app[HEALTH] = health
+    if state_keeper is not None:
+        app[STATE_KEEPER] = state_keeper
+    app.cleanup_ctx.append(_decision_log)
+    app.add_routes(
+        [
+            web.get("/metrics", get_metrics),
+            web.get("/healthz", get_healthz),
+            web.get("/readyz", get_readyz),
+            web.get("/v1/status", get_status),
+            web.get("/v1/decisions", get_decisions),
+            web.post("/v1/deployments/{name:.+}/pause", post_pause),
+            web.post("/v1/deployments/{name:.+}/resume", post_resume),
+            web.post("/v1/deployments/{name:.+}/override", post_override),
+        ]
+    )
+    return app
+
+
+async def start(app: web.Application, addr: str) -> web.AppRunner:
+    """Listen on HOST:PORT ("[::1]:8270" for IPv6). Raises OSError with a one-line reason."""
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]")
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    await runner.setup()
+    site = web.TCPSite(runner, host, int(port), shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise OSError(
+            exc.errno,
+            f"http.addr {addr}: cannot listen ({exc.strerror or exc}); "
+            "free the port or pick another with --http-addr",
+        ) from None
+    return runner
+
+
+async def _decision_log(app: web.Application) -> AsyncIterator[None]:
+    """Record decisions only while the app runs; detach at shutdown."""
+    controller, log = app[CONTROLLER], app[DECISIONS]
+    controller.listeners.append(log)
+    yield
+    if log in controller.listeners:
+        controller.listeners.remove(log)
+
+
+# ---------------------------------------------------------------- read-only endpoints
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    body = request.app[METRICS].exposition()
+    return web.Response(
+        body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+    )
+
+
+async def get_healthz(request: web.Request) -> web.Response:
+    controller = request.app[CONTROLLER]
+    healthy, age_s, window_s = request.app[HEALTH].check(controller)
+    body = {
+        "status": "ok" if healthy else "stalled",
+        "ticks_completed": controller.ticks_completed,
+        "seconds_since_tick": round(age_s, 3),
+        "window_s": round(window_s, 3),
+    }
+    return _json(body, 200 if healthy else 503)
+
+
+async def get_readyz(request: web.Request) -> web.Response:
+    controller = request.app[CONTROLLER]
+    problems = _not_ready(request.app, controller)
+    body = {"status": "ready" if not problems else "not ready", "problems": problems}
+    return _json(body, 200 if not problems else 503)
+
+
+def _not_ready(app: web.Application, controller: Controller) -> list[str]:
+    problems = []
+    if controller.stopping:
+        problems.append("stopping")
+    if controller.ticks_completed == 0:
+        problems.append("no tick completed yet")
+    elif not app[HEALTH].check(controller)[0]:
+        problems.append("no tick completed within 3 tick periods")
+    problems.extend(
+        f"sensor {name}: {error}" for name, error in sorted(controller.sensor_errors.items())
+    )
+    for name, runtime in sorted(controller.deployments.items()):
+        decision = runtime.last_decision
+        if decision is not None and Reason.STALE_DATA in decision.reasons:
+            problems.append(f"deployment {name}: inputs missing or stale")
+    return problems
+
+
+async def get_status(request: web.Request) -> web.Response:
+    app = request.app
+    controller = app[CONTROLLER]
+    healthy = app[HEALTH].check(controller)[0]
+    body = {
+        "version": __version__,
+        "dry_run": controller.dry_run,
+        "now_s": controller.clock.now_s(),
+        "tick_s": controller.config.tick_s,
+        "ticks_completed": controller.ticks_completed,
+        "last_tick_at_s": controller.last_tick_at_s,
+        "healthy": healthy,
+        "ready": not _not_ready(app, controller),
+        "sensors": {
+            getattr(s, "name", type(s).__name__): {
+                "ok": getattr(s, "name", "") not in controller.sensor_errors,
+                "error": controller.sensor_errors.get(getattr(s, "name", "")),
+            }
+            for s in controller.sensors
+        },
+        "actuators": [getattr(a, "name", type(a).__name__) for a in controller.actuators],
+        "deployments": {
+            name: _deployment_status(runtime, controller.clock.now_s())
+            for name, runtime in sorted(controller.deployments.items())
+        },
+    }
+    return _json(body)
+
+
+def _deployment_status(runtime: DeploymentRuntime, now_s: float) -> dict[str, Any]:
+    cfg = runtime.config
+    obs = runtime.last_observation
+    return {
+        "config": cfg.model_dump(mode="json"),
+        "paused": runtime.paused,
+        "override": _override(runtime, now_s),
+        "target_replicas": runtime.state.target_replicas,
+        "applied_replicas": runtime.applied_replicas,
+        "last_error": runtime.last_error,
+        "last_observation": None
+        if obs is None
+        else {
+            "sensed_at_s": obs.sensed_at_s,
+            "inputs": {
+                name: {"value": value, "age_s": getattr(obs, name).age_s(now_s)}
+                for name, value in obs.known_fields().items()
+            },
+        },
+        "last_decision": runtime.last_decision.as_dict() if runtime.last_decision else None,
+    }
+
+
+def _override(runtime: DeploymentRuntime, now_s: float) -> dict[str, Any] | None:
+    if runtime.override_replicas is None:
+        return None
+    until_s = runtime.override_until_s
+    return {
+        "replicas": runtime.override_replicas,
+        "until_s": until_s,
+        "remaining_s": None if until_s is None else max(0.0, until_s - now_s),
+    }
+
+
+async def get_decisions(request: web.Request) -> web.Response:
+    query = request.rel_url.query
+    unknown = sorted(set(query) - {"deployment", "limit", "changed"})
+    if unknown:
+        raise ApiError(400, f"unknown parameter {unknown[0]!r}; known: deployment, limit, changed")
+    log = request.app[DECISIONS]
+    deployment = query.get("deployment") or None
+    if deployment is not None:
+        _runtime(request.app[CONTROLLER], deployment)  # 404 for a name never managed
+    limit_text = query.get("limit", str(DEFAULT_DECISIONS_LIMIT))
+    try:
+        limit = int(limit_text)
+    except ValueError:
+        raise ApiError(400, f"limit: must be an integer, got {limit_text!r}") from None
+    if not 1 <= limit <= log.kept:
+        raise ApiError(400, f"limit: must be within [1, {log.kept}], got {limit}")
+    changed_text = query.get("changed", "false").lower()
+    if changed_text not in {"true", "false", "1", "0"}:
+        raise ApiError(400, f"changed: must be true or false, got {changed_text!r}")
+    decisions = log.recent(deployment, limit, changed_text in {"true", "1"})
+    return _json({"count": len(decisions), "decisions": [d.as_dict() for d in decisions]})
+
+
+# ---------------------------------------------------------------- operator endpoints
+
+
+async def post_pause(request: web.Request) -> web.Response:
+    runtime = _authorized_runtime(request)
+    runtime.paused = True
+    return _operator_changed(request, runtime, "operator_pause")
+
+
+async def post_resume(request: web.Request) -> web.Response:
+    runtime = _authorized_runtime(request)
+    runtime.paused = False
+    runtime.override_replicas = runtime.override_until_s = None
+    return _operator_changed(request, runtime, "operator_resume")
+
+
+async def post_override(request: web.Request) -> web.Response:
+    runtime = _authorized_runtime(request)
+    body = await _json_object(request)
+    unknown = sorted(set(body) - {"replicas", "ttl_s"})
+    if unknown:
+        raise ApiError(400, f"unknown field {unknown[0]!r}; an override takes replicas, ttl_s")
+    if "replicas" not in body:
+        raise ApiError(400, 'replicas: required, e.g. {"replicas": 4, "ttl_s": 600}')
+    replicas = body["replicas"]
+    if isinstance(replicas, bool) or not isinstance(replicas, int):
+        raise ApiError(400, f"replicas: must be an integer, got {json.dumps(replicas)}")
+    if replicas < 0:
+        raise ApiError(400, f"replicas: must be >= 0, got {replicas}")
+    ttl_s = body.get("ttl_s")
+    if ttl_s is not None and (
+        isinstance(ttl_s, bool)
+        or not isinstance(ttl_s, int | float)
+        or not math.isfinite(ttl_s)
+        or not 0 < ttl_s <= MAX_OVERRIDE_TTL_S
+    ):
+        raise ApiError(
+            400, f"ttl_s: must be a number of seconds in (0, {MAX_OVERRIDE_TTL_S:.0f}] or null"
+        )
+    bounds = runtime.config.autoscaling
+    runtime.override_replicas = min(max(replicas, bounds.min_replicas), bounds.max_replicas)
+    now_s = request.app[CONTROLLER].clock.now_s()
+    runtime.override_until_s = None if ttl_s is None else now_s + float(ttl_s)
+    return _operator_changed(request, runtime, "operator_override", requested=replicas)
+
+
+def _authorized_runtime(request: web.Request) -> DeploymentRuntime:
+    controller = request.app[CONTROLLER]
+    _authorize(request, controller)
+    return _runtime(controller, request.match_info["name"])
+
+
+def _authorize(request: web.Request, controller: Controller) -> None:
+    http = controller.config.http
+    token = http.token or os.environ.get(http.token_env, "").strip() or None
+    if token is None:
+        raise ApiError(
+            403,
+            "write endpoints are disabled: no token configured; "
+            f"set http.token in the config or ${http.token_env} in the environment",
+        )
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        raise ApiError(
+            401,
+            "authorization required: send 'Authorization: Bearer <token>'",
+            {"WWW-Authenticate": 'Bearer realm="autoscalerd"'},
+        )
+    # Constant time, on bytes: a str compare_digest rejects non-ASCII with a TypeError.
+    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise ApiError(403, "wrong token")
+
+
+def _runtime(controller: Controller, name: str) -> DeploymentRuntime:
+    runtime = controller.deployments.get(name)
+    if runtime is None:
+        managed = ", ".join(sorted(controller.deployments)[:20]) or "none yet"
+        raise ApiError(404, f"deployment {name!r} is not managed; managed: {managed}")
+    return runtime
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    text = await request.text()
+    try:
+        body = json.loads(text) if text.strip() else None
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, f"body: malformed JSON ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, 'body: must be a JSON object, e.g. {"replicas": 4, "ttl_s": 600}')
+    return body
+
+
+def _operator_changed(
+    request: web.Request, runtime: DeploymentRuntime, event: str, **extra: Any
+) -> web.Response:
+    controller = request.app[CONTROLLER]
+    override = _override(runtime, controller.clock.now_s())
+    logs.get("autoscalerd.server").info(
+        event,
+        deployment=runtime.name,
+        paused=runtime.paused,
+        override=override,
+        peer=request.remote,
+        **extra,
+    )
+    keeper = request.app.get(STATE_KEEPER)
+    if keeper is not None:
+        keeper.request_save()
+    body = {"deployment": runtime.name, "paused": runtime.paused, "override": override}
+    return _json(body)
+
+
+# ---------------------------------------------------------------- JSON and errors
+
+
+@web.middleware
+async def _json_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return _json({"error": exc.message}, exc.status, exc.headers)
+    except web.HTTPException as exc:  # no route (404), wrong method (405), too large (413)
+        if exc.status < 400:
+            raise
+        headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+        return _json(
+            {"error": f"{exc.reason.lower()}: {request.method} {request.path}"}, exc.status, headers
+        )
+    except Exception as exc:
+        logs.get("autoscalerd.server").error(
+            "http_internal_error", path=request.path, error=f"{type(exc).__name__}: {exc}"
+        )
+        return _json({"error": "internal error; see the autoscalerd log"}, 500)
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    text = json.dumps(_finite(body), allow_nan=False)
+    return web.json_response(text=text, status=status, headers=headers)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: an unknown value is null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,393 @@
+"""Restart-safe state: each deployment's DeploymentState and operator settings in one file.
+
+Format: versioned JSON, the dataclasses written field by field (never pickle: a state file
+must not be able to run code, and must stay readable across Python versions). Written
+atomically (temp file, fsync, rename, fsync of the directory), so a crash leaves the old
+file or the new one, never half of one. A file that cannot be used (corrupt, another
+version, a field that no longer fits) is moved aside with a warning and the daemon starts
+without it.
+
+Restoring keeps what took time to learn: the forecaster (history, fitted model, errors),
+the learned service rate μ, the rate and recommendation windows, the cooldown and
+scale-to-zero timers, the last target and the operator's pause or override. One thing is
+kept only when the daemon was down briefly: `fresh_since_s`, the start of the current run
+of fresh data, which is what allows a scale-down (decide() blocks scale-down until it is a
+full downscale_delay_s old). Down for at most `max_metric_age_s`, the daemon missed no
+more than a stale reading would have hidden, so the saved run of fresh data still counts
+and the saved recommendation window covers the start. Down longer, the world may have
+changed unseen: fresh_since_s restarts, so no scale-down happens in the first
+downscale_delay_s after the start, exactly as without a state file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+import os
+import time
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autoscalerd import logs
+from autoscalerd.config import DeploymentConfig, StateConfig
+from autoscalerd.model import DeploymentState
+
+if TYPE_CHECKING:
+    from autoscalerd.loop import Controller, TickReport
+
+FORMAT = "autoscalerd-state"
+# Bump on any change an older or newer daemon could misread; a mismatch sets the file aside.
+FORMAT_VERSION = 1
+# A deployment not seen since the start is carried over from the file it came from for this
+# long, so that a deployment briefly absent (redeployed) keeps its forecaster.
+CARRY_UNSEEN_S = 7 * 24 * 3600.0
+
+
+class StateError(Exception):
+    """The state file cannot be used. One line: what is wrong and where."""
+
+
+@dataclass(frozen=True, slots=True)
+class SavedDeployment:
+    """One deployment as saved: the policy's state plus what the shell and operator set."""
+
+    saved_at_s: float  # the daemon's clock (trace time under replay)
+    state: DeploymentState
+    paused: bool = False
+    override_replicas: int | None = None
+    override_until_s: float | None = None
+    applied_replicas: int | None = None  # the last target an actuator confirmed
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    saved_at_s: float  # the daemon's clock
+    saved_wall_s: float  # wall time, to place a replay's resume point after a restart
+    # None under real time; under replay, the trace's first instant. Times in the file
+    # are on that clock, so a file is only used by a daemon on the same one.
+    clock_origin_s: float | None = None
+    deployments: dict[str, SavedDeployment] = field(default_factory=dict)
+
+    def same_clock(self, clock_origin_s: float | None) -> bool:
+        if self.clock_origin_s is None or clock_origin_s is None:
+            return self.clock_origin_s is None and clock_origin_s is None
+        return abs(self.clock_origin_s - clock_origin_s) < 1e-6
+
+    def resume_s(self, start_s: float, speed: float | None, wall_now_s: float) -> float:
+        """Where a replay restarted from this snapshot resumes: the trace moved on while
+        the daemon was down, as traffic would have (`speed` trace seconds per wall second;
+        a replay run flat out, speed None, resumes where it stopped)."""
+        down_s = max(0.0, wall_now_s - self.saved_wall_s) * (speed or 0.0)
+        return max(start_s, self.saved_at_s + down_s)
+
+
+def resolve_path(cfg: StateConfig, environ: Mapping[str, str] | None = None) -> Path | None:
+    """`state.path`, else $STATE_DIRECTORY/state.json (systemd's StateDirectory=), else None."""
+    env = os.environ if environ is None else environ
+    if cfg.path:
+        return Path(cfg.path).expanduser()
+    # StateDirectory= may list several directories, colon-separated; the first is ours.
+    directory = env.get("STATE_DIRECTORY", "").split(":")[0]
+    return Path(directory) / "state.json" if directory else None
+
+
+# ---------------------------------------------------------------- restore
+
+
+def restore(
+    saved: SavedDeployment,
+    now_s: float,
+    cfg: DeploymentConfig,
+    platform_replicas: int | None = None,
+) -> DeploymentState | None:
+    """The state to continue from at `now_s`, or None when the saved one cannot be placed in
+    time (saved in the future of this clock: another trace, or the clock stepped back).
+
+    `platform_replicas`, when the platform reports its target, wins over the saved target:
+    what runs is the truth; the saved target is only what this daemon last asked for.
+    """
+    gap_s = now_s - saved.saved_at_s
+    if not math.isfinite(gap_s) or gap_s < 0:
+        return None
+    state = saved.state
+    brief = gap_s <= cfg.max_metric_age_s
+    return state.with_(
+        target_replicas=platform_replicas
+        if platform_replicas is not None
+        else state.target_replicas,
+        fresh_since_s=state.fresh_since_s if brief else None,
+        smoothed_replicas=state.smoothed_replicas if brief else None,
+        # The first tick's interval is the sensor's, not the downtime: decide() would
+        # otherwise spread this tick's rate over the whole gap in the forecaster.
+        last_decided_at_s=None,
+    )
+
+
+# ---------------------------------------------------------------- the file
+
+
+def encode(snapshot: Snapshot) -> str:
+    body = {"format": FORMAT, "version": FORMAT_VERSION, **_to_json(snapshot)}
+    return json.dumps(body, separators=(",", ":"))
+
+
+def decode(text: str) -> Snapshot:
+    try:
+        raw = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise StateError(f"not JSON ({exc})") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise StateError("not an autoscalerd state file")
+    if raw.get("version") != FORMAT_VERSION:
+        raise StateError(
+            f"format version {raw.get('version')!r}; this autoscalerd reads {FORMAT_VERSION}"
+        )
+    body = {k: v for k, v in raw.items() if k not in {"format", "version"}}
+    snapshot = _from_json(Snapshot, body, "")
+    assert isinstance(snapshot, Snapshot)
+    for name, saved in snapshot.deployments.items():
+        if saved.state.target_replicas < 0:
+            raise StateError(f"deployments.{name}.state.target_replicas: negative")
+    return snapshot
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text`: a reader (or a crash) sees the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temp, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    # The rename is durable only once the directory entry is.
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def load(path: Path) -> Snapshot | None:
+    """The saved snapshot; None when there is no file; StateError when it cannot be used."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StateError(f"cannot read ({exc})") from None
+    return decode(text)
+
+
+def load_or_set_aside(path: Path) -> Snapshot | None:
+    """load(), but an unusable file is renamed `<name>.bad-<UTC time>` and None returned."""
+    log = logs.get("autoscalerd.state").bind(path=str(path))
+    try:
+        snapshot = load(path)
+    except StateError as exc:
+        aside = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        try:
+            os.replace(path, aside)
+        except OSError as move_error:
+            log.warning("state_unusable", problem=str(exc), set_aside_failed=str(move_error))
+            return None
+        log.warning(
+            "state_unusable",
+            problem=str(exc),
+            moved_to=str(aside),
+            action="starting without saved state",
+        )
+        return None
+    if snapshot is None:
+        log.info("state_absent", action="starting without saved state")
+    else:
+        log.info(
+            "state_loaded",
+            deployments=sorted(snapshot.deployments),
+            saved_at_s=snapshot.saved_at_s,
+        )
+    return snapshot
+
+
+# ---------------------------------------------------------------- the daemon's side
+
+
+def snapshot_of(controller: Controller, now_s: float, clock_origin_s: float | None) -> Snapshot:
+    """The controller's state now, plus saved deployments not seen since the start."""
+    deployments: dict[str, SavedDeployment] = {}
+    for name, saved in controller.restored.items():
+        if now_s - saved.saved_at_s <= CARRY_UNSEEN_S:
+            deployments[name] = saved
+    for name, runtime in controller.deployments.items():
+        deployments[name] = SavedDeployment(
+            saved_at_s=now_s,
+            state=runtime.state,
+            paused=runtime.paused,
+            override_replicas=runtime.override_replicas,
+            override_until_s=runtime.override_until_s,
+            applied_replicas=runtime.applied_replicas,
+        )
+    return Snapshot(
+        saved_at_s=now_s,
+        saved_wall_s=time.time(),
+        clock_origin_s=clock_origin_s,
+        deployments=deployments,
+    )
+
+
+class StateKeeper:
+    """The Controller listener that saves every `state.every_ticks` ticks (and on request).
+
+    The snapshot is taken on the event loop, between ticks, so it is consistent; encoding
+    and the fsync run in a thread so a slow disk never delays a tick.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        clock_origin_s: float | None = None,
+        on_saved: Callable[[bool], None] | None = None,
+    ) -> None:
+        self.path = path
+        self.clock_origin_s = clock_origin_s
+        self._on_saved = on_saved
+        self._ticks = 0
+        self._requested = False
+        self._writing: asyncio.Future[None] | None = None
+        self._failing = False
+        self._log = logs.get("autoscalerd.state").bind(path=str(path))
+
+    def request_save(self) -> None:
+        """Save after the next tick (an operator changed something worth keeping)."""
+        self._requested = True
+
+    def __call__(self, controller: Controller, report: TickReport) -> None:
+        self._ticks += 1
+        due = self._ticks >= controller.config.state.every_ticks
+        if not (due or self._requested) or self._writing is not None:
+            return
+        self._ticks = 0
+        self._requested = False
+        snapshot = snapshot_of(controller, report.started_at_s, self.clock_origin_s)
+        loop = asyncio.get_running_loop()
+        self._writing = loop.run_in_executor(None, self._write, snapshot)
+        self._writing.add_done_callback(self._written)
+
+    async def flush(self, controller: Controller, now_s: float) -> bool:
+        """At shutdown: wait for a write in flight, then save the final state."""
+        if self._writing is not None:
+            await asyncio.gather(self._writing, return_exceptions=True)
+        try:
+            self._write(snapshot_of(controller, now_s, self.clock_origin_s))
+        except Exception as exc:
+            self._saved(False, exc)
+            return False
+        self._saved(True, None)
+        return True
+
+    def _write(self, snapshot: Snapshot) -> None:
+        write_atomic(self.path, encode(snapshot))
+
+    def _written(self, future: asyncio.Future[None]) -> None:
+        self._writing = None
+        if future.cancelled():
+            return
+        error = future.exception()
+        self._saved(error is None, error)
+
+    def _saved(self, ok: bool, error: BaseException | None) -> None:
+        if self._on_saved is not None:
+            self._on_saved(ok)
+        if not ok and not self._failing:
+            self._log.error("state_save_failed", error=f"{type(error).__name__}: {error}")
+        elif ok and self._failing:
+            self._log.info("state_save_recovered")
+        self._failing = not ok
+
+
+# ---------------------------------------------------------------- dataclasses <-> JSON
+
+
+def _to_json(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _to_json(v) for k, v in value.items()}
+    return value
+
+
+def _from_json(kind: Any, value: Any, where: str) -> Any:
+    """`value` (parsed JSON) as an instance of the type `kind`; StateError naming the path."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(kind)
+        if value is None and type(None) in options:
+            return None
+        problems = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _from_json(option, value, where)
+            except StateError as exc:
+                problems.append(str(exc))
+        raise StateError(problems[0] if problems else f"{where or 'top level'}: unexpected null")
+    if dataclasses.is_dataclass(kind):
+        if not isinstance(value, dict):
+            raise StateError(f"{where or 'top level'}: expected an object")
+        hints = typing.get_type_hints(kind)
+        known = {f.name for f in dataclasses.fields(kind)}
+        unknown = set(value) - known
+        if unknown:
+            raise StateError(f"{_join(where, sorted(unknown)[0])}: unknown field")
+        values = {
+            name: _from_json(hints[name], item, _join(where, name)) for name, item in value.items()
+        }
+        try:
+            return typing.cast(Any, kind)(**values)
+        except TypeError as exc:  # a required field missing
+            raise StateError(f"{where or 'top level'}: {exc}") from None
+    if origin is tuple:
+        args = typing.get_args(kind)
+        if not isinstance(value, list):
+            raise StateError(f"{where}: expected a list")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_from_json(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+        if len(args) != len(value):
+            raise StateError(f"{where}: expected {len(args)} items")
+        pairs = enumerate(zip(args, value, strict=True))
+        return tuple(_from_json(a, v, f"{where}[{i}]") for i, (a, v) in pairs)
+    if origin is dict:
+        _, item_kind = typing.get_args(kind)
+        if not isinstance(value, dict):
+            raise StateError(f"{where}: expected an object")
+        return {k: _from_json(item_kind, v, _join(where, k)) for k, v in value.items()}
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise StateError(f"{where}: expected a number")
+        return float(value)
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise StateError(f"{where}: expected an integer")
+        return value
+    if kind is bool or kind is str:
+        if not isinstance(value, kind):
+            raise StateError(f"{where}: expected {kind.__name__}")
+        return value
+    raise StateError(f"{where}: cannot read a {kind!r}")
+
+
+def _join(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name

@@ -1,0 +1,253 @@
+"""The HTTP API over real HTTP (aiohttp's test server on localhost), against a real
+Controller fed by a sensor that reports a fixed rate: every error path, quickly."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from autoscalerd.clock import VirtualClock
+from autoscalerd.config import Config
+from autoscalerd.loop import Controller
+from autoscalerd.metrics import Metrics
+from autoscalerd.model import Observation, Reading
+from autoscalerd.sense.base import DeploymentInfo, SenseResult
+from autoscalerd.server import HealthRule, create_app
+
+TOKEN = "t0ken-for-tests"
+NAME = "llm/chat"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class RateSensor:
+    name = "rate"
+
+    def __init__(self, rate_per_s: float) -> None:
+        self.rate_per_s = rate_per_s
+        self.fail = False
+
+    async def sense(self, now_s: float) -> SenseResult:
+        if self.fail:
+            raise ConnectionError("dashboard unreachable")
+        obs = Observation(NAME, now_s, arrival_rate_per_s=Reading(self.rate_per_s, now_s))
+        return SenseResult({NAME: obs}, {NAME: DeploymentInfo(name=NAME)})
+
+    async def close(self) -> None:
+        return None
+
+
+def config(**http: Any) -> Config:
+    return Config.model_validate(
+        {
+            "discovery": {"enabled": False},
+            "http": {"token_env": "AUTOSCALERD_TEST_UNSET_TOKEN", **http},
+            "deployments": [
+                {
+                    "name": NAME,
+                    "autoscaling": {"min_replicas": 2, "max_replicas": 6, "upscale_delay_s": 0},
+                    "capacity": {"service_rate_per_replica": 10, "target_utilization": 1.0},
+                    "forecast": {"enabled": False},
+                }
+            ],
+        }
+    )
+
+
+class Api:
+    def __init__(self, client: TestClient[Any, Any], controller: Controller, sensor: RateSensor):
+        self.client = client
+        self.controller = controller
+        self.sensor = sensor
+        self.now_s = 0.0
+
+    async def tick(self, count: int = 1) -> None:
+        for _ in range(count):
+            self.now_s += 1.0
+            self.controller.clock = VirtualClock(self.now_s)
+            await self.controller.tick(self.now_s)
+
+    async def call(
+        self, method: str, path: str, body: str | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        response = await self.client.request(method, path, data=body, headers=headers)
+        assert response.content_type == "application/json", await response.text()
+        return response.status, await response.json()
+
+
+async def make_api(cfg: Config) -> AsyncIterator[Api]:
+    sensor = RateSensor(40.0)
+    controller = Controller(cfg, [sensor], [], VirtualClock(0.0))
+    metrics = Metrics()
+    controller.listeners.append(metrics.on_tick)
+    app = create_app(controller, metrics, HealthRule())
+    async with TestClient(TestServer(app)) as client:
+        yield Api(client, controller, sensor)
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[Api]:
+    async for value in make_api(config(token=TOKEN)):
+        yield value
+
+
+async def test_health_and_readiness_follow_the_ticks(api: Api) -> None:
+    status, body = await api.call("GET", "/readyz")
+    assert status == 503 and "no tick completed yet" in body["problems"]
+    assert (await api.call("GET", "/healthz"))[0] == 200  # starting, within the window
+    await api.tick(2)
+    assert (await api.call("GET", "/readyz"))[0] == 200
+    api.sensor.fail = True
+    await api.tick()
+    status, body = await api.call("GET", "/readyz")
+    assert status == 503
+    assert "sensor rate: ConnectionError: dashboard unreachable" in body["problems"]
+    # No tick for longer than 3 tick periods: stalled.
+    api.controller.last_tick_monotonic_s = time.monotonic() - 10.0
+    status, body = await api.call("GET", "/healthz")
+    assert status == 503 and body["status"] == "stalled"
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "message"),
+    [
+        ({}, 401, "authorization required"),
+        ({"Authorization": "Basic dXNlcjpwYXNz"}, 401, "authorization required"),
+        ({"Authorization": "Bearer"}, 401, "authorization required"),
+        ({"Authorization": "Bearer wrong"}, 403, "wrong token"),
+        ({"Authorization": f"Bearer {TOKEN}x"}, 403, "wrong token"),
+        ({"Authorization": "Bearer caf\u00e9"}, 403, "wrong token"),  # non-ASCII: no 500
+        ({"Authorization": f"bearer {TOKEN}"}, 200, None),
+    ],
+)
+async def test_bearer_token_rules(
+    api: Api, headers: dict[str, str], status: int, message: str | None
+) -> None:
+    await api.tick()
+    got, body = await api.call("POST", f"/v1/deployments/{NAME}/pause", headers=headers)
+    assert got == status, body
+    if message:
+        assert message in body["error"]
+        assert api.controller.deployments[NAME].paused is False
+
+
+async def test_writes_are_disabled_without_a_token() -> None:
+    async for api in make_api(config()):
+        await api.tick()
+        status, body = await api.call("POST", f"/v1/deployments/{NAME}/pause", headers=AUTH)
+        assert status == 403
+        assert "disabled: no token configured" in body["error"]
+        assert "AUTOSCALERD_TEST_UNSET_TOKEN" in body["error"]
+
+
+async def test_token_from_the_named_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOSCALERD_TEST_UNSET_TOKEN", TOKEN)
+    async for api in make_api(config()):
+        await api.tick()
+        status, _ = await api.call("POST", f"/v1/deployments/{NAME}/pause", headers=AUTH)
+        assert status == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('{"replicas": 3', "malformed JSON"),
+        ("", "must be a JSON object"),
+        ("[3]", "must be a JSON object"),
+        ("{}", "replicas: required"),
+        ('{"replicas": "3"}', "replicas: must be an integer"),
+        ('{"replicas": 3.5}', "replicas: must be an integer"),
+        ('{"replicas": true}', "replicas: must be an integer"),
+        ('{"replicas": -1}', "replicas: must be >= 0"),
+        ('{"replicas": 3, "ttl_s": 0}', "ttl_s: must be"),
+        ('{"replicas": 3, "ttl_s": -5}', "ttl_s: must be"),
+        ('{"replicas": 3, "ttl_s": "600"}', "ttl_s: must be"),
+        ('{"replicas": 3, "ttl_s": Infinity}', "ttl_s: must be"),
+        ('{"replicas": 3, "ttl_s": 1e12}', "ttl_s: must be"),
+        ('{"replicas": 3, "until": 5}', "unknown field 'until'"),
+    ],
+)
+async def test_bad_override_bodies_are_400_with_a_reason(api: Api, body: str, message: str) -> None:
+    await api.tick()
+    status, answer = await api.call(
+        "POST", f"/v1/deployments/{NAME}/override", body=body, headers=AUTH
+    )
+    assert status == 400 and message in answer["error"], answer
+    assert api.controller.deployments[NAME].override_replicas is None
+
+
+async def test_override_is_clipped_applied_and_expires(api: Api) -> None:
+    await api.tick()
+    status, body = await api.call(
+        "POST", f"/v1/deployments/{NAME}/override", '{"replicas": 50, "ttl_s": 3}', AUTH
+    )
+    assert status == 200 and body["override"]["replicas"] == 6  # clipped to max_replicas
+    await api.tick()
+    decision = api.controller.deployments[NAME].last_decision
+    assert decision is not None and decision.target_replicas == 6
+    assert "override" in [r.value for r in decision.reasons]
+    await api.tick(3)  # past the ttl: the policy decides again (and waits to scale down)
+    runtime = api.controller.deployments[NAME]
+    assert runtime.override_replicas is None
+    assert runtime.last_decision is not None
+    assert "override" not in [r.value for r in runtime.last_decision.reasons]
+    status, body = await api.call(
+        "POST", f"/v1/deployments/{NAME}/override", '{"replicas": 0}', AUTH
+    )
+    assert body["override"] == {"replicas": 2, "until_s": None, "remaining_s": None}
+    status, body = await api.call("POST", f"/v1/deployments/{NAME}/resume", headers=AUTH)
+    assert status == 200 and body == {"deployment": NAME, "paused": False, "override": None}
+
+
+async def test_pause_holds_the_target_and_is_still_decided(api: Api) -> None:
+    await api.tick()
+    # The name's slash may also be percent-encoded.
+    status, body = await api.call("POST", "/v1/deployments/llm%2Fchat/pause", headers=AUTH)
+    assert status == 200 and body["paused"] is True
+    api.sensor.rate_per_s = 60.0
+    await api.tick()
+    status, body = await api.call("GET", f"/v1/decisions?deployment={NAME}&limit=1")
+    [decision] = body["decisions"]
+    assert decision["target_replicas"] == 4 and "paused" in decision["reasons"]
+    metrics = await (await api.client.get("/metrics")).text()
+    assert f'autoscalerd_paused{{deployment="{NAME}"}} 1.0' in metrics
+    assert 'reason="paused"' in metrics
+    await api.call("POST", f"/v1/deployments/{NAME}/resume", headers=AUTH)
+    await api.tick()
+    status, body = await api.call("GET", "/v1/status")
+    assert body["deployments"][NAME]["last_decision"]["target_replicas"] == 6
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "message"),
+    [
+        ("POST", "/v1/deployments/llm/other/pause", 404, "'llm/other' is not managed"),
+        ("GET", f"/v1/deployments/{NAME}/pause", 405, "method not allowed"),
+        ("GET", "/v1/nothing", 404, "not found"),
+        ("GET", "/v1/decisions?limit=ten", 400, "limit: must be an integer"),
+        ("GET", "/v1/decisions?limit=0", 400, "limit: must be within"),
+        ("GET", "/v1/decisions?limit=5000", 400, "limit: must be within"),
+        ("GET", "/v1/decisions?deployment=x/y", 404, "'x/y' is not managed"),
+        ("GET", "/v1/decisions?changed=maybe", 400, "changed: must be true or false"),
+        ("GET", "/v1/decisions?deploymnet=x", 400, "unknown parameter 'deploymnet'"),
+    ],
+)
+async def test_bad_requests_get_json_errors(
+    api: Api, method: str, path: str, status: int, message: str
+) -> None:
+    await api.tick()
+    got, body = await api.call(method, path, headers=AUTH)
+    assert got == status and message in body["error"], body
+
+
+async def test_decisions_ring_filters_and_limits(api: Api) -> None:
+    await api.tick(5)
+    status, body = await api.call("GET", "/v1/decisions?limit=3")
+    assert status == 200 and body["count"] == 3
+    times = [d["decided_at_s"] for d in body["decisions"]]
+    assert times == sorted(times) and times[-1] == api.now_s
+    status, body = await api.call("GET", "/v1/decisions?changed=true")
+    assert [d["target_replicas"] for d in body["decisions"]] == [4]

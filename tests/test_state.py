@@ -1,0 +1,191 @@
+"""Restart-safe state: the file format, atomic writes, unusable files, and the restore rule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autoscalerd import state
+from autoscalerd.config import Config, DeploymentConfig, StateConfig
+from autoscalerd.decide import policy
+from autoscalerd.forecast.holt_winters import FittedModel, ForecasterState
+from autoscalerd.model import DeploymentState, Observation, Reading, Reason
+
+
+def cfg() -> DeploymentConfig:
+    return Config.model_validate(
+        {
+            "deployments": [
+                {
+                    "name": "app/dep",
+                    "autoscaling": {
+                        "min_replicas": 1,
+                        "max_replicas": 10,
+                        "upscale_delay_s": 0,
+                        "downscale_delay_s": 60,
+                        "look_back_period_s": 10,
+                    },
+                    "capacity": {"service_rate_per_replica": 10, "target_utilization": 1.0},
+                    "forecast": {"enabled": False},
+                    "max_metric_age_s": 5,
+                }
+            ]
+        }
+    ).deployment("app/dep")
+
+
+def step(
+    s: DeploymentState, rate: float, now_s: float
+) -> tuple[int, tuple[Reason, ...], DeploymentState]:
+    obs = Observation("app/dep", now_s, arrival_rate_per_s=Reading(rate, now_s))
+    decision, s = policy.decide(obs, s, cfg(), now_s)
+    return decision.target_replicas, decision.reasons, s
+
+
+def busy_then_quiet() -> DeploymentState:
+    """50 req/s for 100 s (5 replicas), then 10 req/s for 50 s: still 5, held by the window."""
+    s = policy.initial_state(cfg(), 0.0, None)
+    for t in range(1, 151):
+        target, _, s = step(s, 50.0 if t <= 100 else 10.0, float(t))
+    assert target == 5
+    return s
+
+
+def first_scale_down_s(s: DeploymentState, start_s: float) -> tuple[float, set[Reason]]:
+    reasons: set[Reason] = set()
+    for t in range(int(start_s), int(start_s) + 200):
+        before = s.target_replicas
+        target, why, s = step(s, 10.0, float(t))
+        reasons.update(why)
+        if target < before:
+            return float(t), reasons
+    raise AssertionError("never scaled down")
+
+
+def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
+    model = FittedModel(
+        method="holt_winters",
+        alpha=0.3,
+        level=12.5,
+        beta=0.1,
+        phi=0.98,
+        trend=-0.25,
+        gamma=0.05,
+        seasonal="add",
+        season=(1.0, -1.0, 0.5),
+        buckets_seen=40,
+        fitted_buckets=36,
+        residual_rms_per_s=0.7,
+        fit_errors=(0.1, -0.2),
+    )
+    forecaster = ForecasterState(
+        bucket_start_s=120.0,
+        bucket_arrivals=33.0,
+        bucket_covered_s=3.0,
+        history=(1.0, 2.0, 3.5),
+        closed_buckets=40,
+        model=model,
+        last_fit_at_s=100.0,
+        errors=(0.5, -0.5),
+        ewma_rate_per_s=2.25,
+    )
+    saved = state.SavedDeployment(
+        saved_at_s=150.0,
+        state=busy_then_quiet().with_(forecaster=forecaster, service_rate_per_s=11.5),
+        paused=True,
+        override_replicas=4,
+        override_until_s=900.0,
+        applied_replicas=5,
+    )
+    snapshot = state.Snapshot(150.0, 1.7e9, 10.0, {"app/dep": saved})
+    path = tmp_path / "state.json"
+    state.write_atomic(path, state.encode(snapshot))
+    assert state.load(path) == snapshot
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temp file left
+    body = json.loads(path.read_text())
+    assert body["format"] == "autoscalerd-state" and body["version"] == state.FORMAT_VERSION
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{not json", "not JSON"),
+        ('["a"]', "not an autoscalerd state file"),
+        ('{"format": "autoscalerd-state", "version": 99}', "format version 99"),
+        (
+            '{"format": "autoscalerd-state", "version": 1, "saved_at_s": 1, "saved_wall_s": 1,'
+            ' "deployments": {"a": {"saved_at_s": 1, "state": {"target_replicas": "3",'
+            ' "started_at_s": 0}}}}',
+            "deployments.a.state.target_replicas: expected an integer",
+        ),
+        (
+            '{"format": "autoscalerd-state", "version": 1, "saved_at_s": 1, "saved_wall_s": 1,'
+            ' "surprise": true}',
+            "surprise: unknown field",
+        ),
+        (
+            '{"format": "autoscalerd-state", "version": 1, "saved_at_s": 1, "saved_wall_s": 1,'
+            ' "deployments": {"a": {"saved_at_s": 1, "state": {"target_replicas": -2,'
+            ' "started_at_s": 0}}}}',
+            "target_replicas: negative",
+        ),
+    ],
+)
+def test_unusable_files_are_rejected_with_the_place_named(text: str, problem: str) -> None:
+    with pytest.raises(state.StateError, match=problem):
+        state.decode(text)
+
+
+def test_an_unusable_file_is_moved_aside(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_text("\x00garbage")
+    assert state.load_or_set_aside(path) is None
+    assert not path.exists()
+    [aside] = list(tmp_path.iterdir())
+    assert aside.name.startswith("state.json.bad-") and aside.read_text() == "\x00garbage"
+    assert state.load_or_set_aside(tmp_path / "absent.json") is None
+
+
+def test_path_from_config_else_systemd_state_directory() -> None:
+    assert state.resolve_path(StateConfig(path="/x/s.json"), {"STATE_DIRECTORY": "/y"}) == Path(
+        "/x/s.json"
+    )
+    assert state.resolve_path(StateConfig(), {"STATE_DIRECTORY": "/y:/z"}) == Path("/y/state.json")
+    assert state.resolve_path(StateConfig(), {}) is None
+
+
+def test_replay_resumes_where_the_trace_would_be() -> None:
+    snapshot = state.Snapshot(saved_at_s=500.0, saved_wall_s=1000.0, clock_origin_s=0.0)
+    assert snapshot.resume_s(0.0, 20.0, 1002.5) == 550.0  # down 2.5 s at 20x
+    assert snapshot.resume_s(0.0, None, 1002.5) == 500.0  # flat out: where it stopped
+    assert snapshot.same_clock(0.0) and not snapshot.same_clock(None)
+    assert not snapshot.same_clock(7.0)
+
+
+def test_brief_restart_scales_down_as_if_never_stopped() -> None:
+    saved = state.SavedDeployment(saved_at_s=150.0, state=busy_then_quiet())
+    uninterrupted, _ = first_scale_down_s(saved.state, 151)
+    restored = state.restore(saved, 153.0, cfg())
+    assert restored is not None and restored.fresh_since_s == saved.state.fresh_since_s
+    after_restart, _ = first_scale_down_s(restored, 153)
+    assert after_restart == uninterrupted
+
+
+def test_long_outage_blocks_scale_down_for_a_full_window_after_the_start() -> None:
+    saved = state.SavedDeployment(saved_at_s=150.0, state=busy_then_quiet())
+    restored = state.restore(saved, 190.0, cfg())
+    assert restored is not None
+    assert restored.fresh_since_s is None and restored.target_replicas == 5
+    scaled_down_s, reasons = first_scale_down_s(restored, 190)
+    # The restored window already says "fewer" at 190; only the missing fresh data holds it.
+    assert Reason.WARMUP in reasons
+    assert scaled_down_s >= 190 + cfg().autoscaling.downscale_delay_s
+
+
+def test_platform_target_wins_and_a_future_save_is_not_used() -> None:
+    saved = state.SavedDeployment(saved_at_s=150.0, state=busy_then_quiet())
+    restored = state.restore(saved, 151.0, cfg(), platform_replicas=7)
+    assert restored is not None and restored.target_replicas == 7
+    assert state.restore(saved, 149.0, cfg()) is None
