@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from autoscalerd.config import DeploymentConfig
-from autoscalerd.decide.baselines.base import Bounds
+from autoscalerd.decide.baselines.base import Bounds, Policy
 from autoscalerd.sim.cluster import Cluster, ReplicaModel, RequestRecords
 from autoscalerd.sim.policies import (
     POLICIES,
@@ -239,16 +239,21 @@ def simulate(
     settings: BacktestSettings,
     look_back_s: float,
     on_progress: ProgressCallback | None = None,
+    wrap: Callable[[Policy], Policy] | None = None,
 ) -> tuple[PolicyResult, PolicySeries]:
-    """One policy over the whole trace."""
+    """One policy over the whole trace. `wrap` may put a proxy around the policy (the
+    speed benchmark times its calls)."""
     policy = make_policy(name, ctx)
+    if wrap is not None:
+        policy = wrap(policy)
     cluster = Cluster(settings.replica, initial_replicas(name, ctx))
     sensor = SimSensor(cluster, ctx.cfg.name, look_back_s, settings.tick_s)
     targets = array("i")
     costing = array("i")
     forecasts = array("d")
     uppers = array("d")
-    autoscalerd = policy if isinstance(policy, AutoscalerdPolicy) else None
+    inner = getattr(policy, "inner", policy)
+    autoscalerd = inner if isinstance(inner, AutoscalerdPolicy) else None
 
     def on_tick(now_s: float) -> None:
         obs = sensor.observe(now_s)

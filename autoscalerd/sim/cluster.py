@@ -21,11 +21,12 @@ Request-level and discrete-event, in virtual time (ARCHITECTURE.md §Simulator):
 Decode uses virtual time, as in processor sharing: all requests in a batch advance at the
 same rate, so a replica keeps one counter V of tokens produced per request and a heap of
 the V at which each request finishes. A change of batch size changes only the rate, so
-each request costs O(log batch) however many tokens it produces, and the simulator runs
-at hundreds of thousands of requests per second.
+each request costs O(log batch) however many tokens it produces. Replicas' next events
+sit in one heap, so an event costs O(log replicas). The simulator runs at 150,000-200,000
+requests per second (benchmarks/backtest_speed.py).
 
-Hot loops keep state in local variables and plain lists on purpose: this file is the
-inner loop of every backtest. `tests/test_cluster_sim.py` checks it against hand-worked
+Hot loops keep state in local variables and plain lists on purpose (profiled: attribute
+lookups and calls were most of the cost): this file is the inner loop of every backtest. `tests/test_cluster_sim.py` checks it against hand-worked
 cases.
 """
 
@@ -193,6 +194,9 @@ class Cluster:
         self._ongoing: list[int] = []
         self._loads: list[int] = []  # ongoing for ready replicas; _NOT_ROUTABLE otherwise
         self._next_s: list[float] = []  # the slot's next event; inf when none
+        # (time, slot) of every next event ever set, a heap. An entry is current while
+        # next_s[slot] still equals its time; stale ones are skipped when they surface.
+        self._events: list[tuple[float, int]] = []
         self._prefill_free_s: list[float] = []
         # (prefill end, arrival, queue wait, prompt tokens, output tokens), FIFO.
         self._joins: list[deque[tuple[float, float, float, int, int]]] = []
@@ -228,6 +232,7 @@ class Cluster:
             self.set_target(initial_replicas, now_s)
             for slot in range(len(self._state)):
                 self._next_s[slot] = now_s
+                heappush(self._events, (now_s, slot))
             self.advance(now_s)
             self.scale_actions = 0
 
@@ -390,6 +395,7 @@ class Cluster:
         self._ongoing[slot] = 0
         self._loads[slot] = _NOT_ROUTABLE
         self._next_s[slot] = now_s + self.model.cold_start_s
+        heappush(self._events, (self._next_s[slot], slot))
         self._prefill_free_s[slot] = 0.0
         self._v[slot] = 0.0
         self._v_at_s[slot] = now_s
@@ -437,18 +443,18 @@ class Cluster:
         rec_done = self._rec_done
         rec_output = self._rec_output
         prompt_tokens = output_tokens = completions = 0
-        soonest = min(next_s) if next_s else _INF
+        events = self._events
 
         for position in range(start, stop + 1):
             # Past the last arrival, run the events up to `until_s`.
             at_s = times[position] if position < stop else until_s
-            while soonest <= at_s:
-                now_s = soonest
-                slot = next_s.index(now_s)
+            while events and events[0][0] <= at_s:
+                now_s, slot = heappop(events)
+                if next_s[slot] != now_s:
+                    continue  # superseded
                 status = state[slot]
                 if status == _STARTING:
                     self._ready(slot, now_s)
-                    soonest = min(next_s)
                     continue
                 heap = decoding[slot]
                 batch = len(heap)
@@ -503,7 +509,6 @@ class Cluster:
                             loads[slot] -= 1
                     elif ongoing[slot] == 0:
                         self._stop(slot, now_s)
-                        soonest = min(next_s)
                         continue
                 following_s = waiting[0][0] if waiting else _INF
                 if heap:
@@ -511,7 +516,8 @@ class Cluster:
                     if done_s < following_s:
                         following_s = done_s
                 next_s[slot] = following_s
-                soonest = min(next_s)
+                if following_s < _INF:
+                    heappush(events, (following_s, slot))
             if position == stop:
                 break
             # Route the arrival.
@@ -533,8 +539,7 @@ class Cluster:
             loads[slot] = lightest + 1
             if end_s < next_s[slot]:
                 next_s[slot] = end_s
-                if end_s < soonest:
-                    soonest = end_s
+                heappush(events, (end_s, slot))
 
         self.now_s = until_s
         self.arrived += stop - start
@@ -563,6 +568,7 @@ class Cluster:
             self._loads[slot] += 1
         if self._joins[slot]:
             self._next_s[slot] = self._joins[slot][0][0]
+            heappush(self._events, (self._next_s[slot], slot))
 
     def _flush_records(self) -> None:
         """Turn the per-request lists into float32 arrays (e2e and tpot in float64 first:
