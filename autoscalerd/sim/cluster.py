@@ -26,8 +26,8 @@ sit in one heap, so an event costs O(log replicas). The simulator runs at 150,00
 requests per second (benchmarks/backtest_speed.py).
 
 Hot loops keep state in local variables and plain lists on purpose (profiled: attribute
-lookups and calls were most of the cost): this file is the inner loop of every backtest. `tests/test_cluster_sim.py` checks it against hand-worked
-cases.
+lookups and calls were most of the cost): this file is the inner loop of every backtest.
+`tests/test_cluster_sim.py` checks it against hand-worked cases.
 """
 
 from __future__ import annotations
