@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,10 +67,11 @@ class DashboardClient:
     def __init__(
         self,
         base_url: str,
-        token: TokenSource,
+        token: Callable[[], TokenSource],
         timeout_s: float,
         max_concurrency: int = 8,
     ) -> None:
+        """`token` is asked before each request, so a rotated token file is picked up."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"dashboard_url must be http(s)://HOST:PORT (got {base_url!r})")
@@ -89,10 +91,10 @@ class DashboardClient:
             )
         return self._session
 
-    def _headers(self) -> dict[str, str]:
-        if self._token.token is None:
+    def _headers(self, token: TokenSource) -> dict[str, str]:
+        if token.token is None:
             return {}
-        return {"Authorization": f"Bearer {self._token.token}"}
+        return {"Authorization": f"Bearer {token.token}"}
 
     async def get_json(self, path: str) -> Any:
         """GET a dashboard path; the JSON body of a 200, else DashboardError."""
@@ -126,9 +128,10 @@ class DashboardClient:
 
     async def _request(self, method: str, path: str, body: Any = None) -> Response:
         url = f"{self.base_url}{path}"
+        token = self._token()
         try:
             async with self._client().request(
-                method, url, json=body, headers=self._headers()
+                method, url, json=body, headers=self._headers(token)
             ) as answer:
                 text = await answer.text()
                 status = answer.status
@@ -143,20 +146,20 @@ class DashboardClient:
                 "is Ray running, and is cluster.dashboard_url right?",
             ) from None
         if status in (401, 403):
-            raise DashboardError(AUTH, self._auth_message(status), status=status)
+            raise DashboardError(AUTH, self._auth_message(status, token), status=status)
         try:
             parsed: Any = json.loads(text)
         except ValueError:
             parsed = text
         return Response(status, parsed)
 
-    def _auth_message(self, status: int) -> str:
+    def _auth_message(self, status: int, token: TokenSource) -> str:
         fix = (
             "set cluster.token, $RAY_AUTH_TOKEN or cluster.token_file to the cluster's token "
             "(`ray get-auth-token` on the head prints it)"
         )
-        where = self._token.where
-        if self._token.token is None:
+        where = token.where
+        if token.token is None:
             return f"dashboard {self.base_url}: {status} token required, {where}; {fix}"
         return f"dashboard {self.base_url}: {status} token rejected (from {where}); {fix}"
 
@@ -174,8 +177,8 @@ class DashboardClient:
 def _reason(exc: BaseException) -> str:
     """A short cause: 'connection refused', not aiohttp's nested repr."""
     if isinstance(exc, aiohttp.ClientConnectorError):
-        cause = exc.os_error.strerror if exc.os_error is not None else None
-        return (cause or "cannot connect").lower()
+        errno = exc.os_error.errno if exc.os_error is not None else None
+        return os.strerror(errno).lower() if errno else "cannot connect"
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "server disconnected"
     text = " ".join(str(exc).split())

@@ -9,6 +9,7 @@ only to loopback addresses: it is a test and demo tool, not a load-testing servi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import random
 import time
@@ -96,8 +97,12 @@ async def run(
     request_timeout_s: float = 60.0,
     max_duration_s: float = 600.0,
     drain_s: float = 30.0,
+    stop: asyncio.Event | None = None,
 ) -> LoadResult:
-    """Send `schedule` to `url` (POST JSON); answers are counted as they come."""
+    """Send `schedule` to `url` (POST JSON); answers are counted as they come.
+
+    Setting `stop` ends sending early; requests already sent still get `drain_s`.
+    """
     check_loopback(url)
     if len(schedule) > MAX_REQUESTS:
         raise ValueError(f"at most {MAX_REQUESTS} requests per run (got {len(schedule)})")
@@ -131,7 +136,12 @@ async def run(
             if request.at_s > max_duration_s:
                 break
             delay_s = started + request.at_s - time.monotonic()
-            if delay_s > 0:
+            if stop is not None:
+                with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                    await asyncio.wait_for(stop.wait(), max(0.0, delay_s))
+                if stop.is_set():
+                    break
+            elif delay_s > 0:
                 await asyncio.sleep(delay_s)
             if len(in_flight) >= max_in_flight:
                 result.dropped += 1

@@ -97,7 +97,7 @@ class RayServeSensor:
         self._first_wait_s = 0.75 * max(1.0, 0.8 * config.tick_s)
         self._client = DashboardClient(
             self._cluster.dashboard_url,
-            find_token(self._cluster),
+            lambda: find_token(self._cluster),
             timeout_s=self._cluster.request_timeout_s,
             max_concurrency=self.settings.max_concurrency,
         )
