@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import importlib
 import logging
 import math
 import os
@@ -274,10 +275,9 @@ def _export_token(token: str | None) -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "token")
     if "ray" in sys.modules:
         with contextlib.suppress(Exception):  # private API: best effort
-            from ray._raylet import AuthenticationTokenLoader, Config
-
-            Config.initialize("")
-            AuthenticationTokenLoader.instance().reset_cache()
+            raylet: Any = importlib.import_module("ray._raylet")
+            raylet.Config.initialize("")
+            raylet.AuthenticationTokenLoader.instance().reset_cache()
 
 
 def _shutdown(clear: bool) -> None:
