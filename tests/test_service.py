@@ -4,6 +4,7 @@ signals, and a NOTIFY_SOCKET datagram socket of the test's own."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -454,3 +455,36 @@ def test_kill_9_then_restart_restores_state_and_blocks_scale_down_for_the_window
     assert all(d["replicas_sustained"] == 1 for d in protected if d["replicas_sustained"])
     [down] = [d for d in daemon.find("decision") if d["target"] < d["previous"]][:1]
     assert down["decided_at_s"] >= window_end_s and down["target"] == 1
+
+
+async def test_a_tick_stuck_in_a_sensor_is_abandoned_at_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bound behind "exit within 10 s": a stop waits STOP_GRACE_S for the tick, no more."""
+    from autoscalerd import loop
+    from autoscalerd.clock import RealClock
+    from autoscalerd.config import Config
+
+    class HangingSensor:
+        name = "hanging"
+        entered = asyncio.Event()
+
+        async def sense(self, now_s: float) -> Any:
+            self.entered.set()
+            await asyncio.sleep(3600)  # the sensor's own timeout is 0.8 x tick_s = 48 s
+
+        async def close(self) -> None:
+            await asyncio.sleep(3600)  # closing hangs too: bounded by CLOSE_TIMEOUT_S
+
+    monkeypatch.setattr(loop, "STOP_GRACE_S", 0.2)
+    monkeypatch.setattr(loop, "CLOSE_TIMEOUT_S", 0.2)
+    config = Config.model_validate({"tick_s": 60, "http": {"enabled": False}})
+    sensor = HangingSensor()
+    controller = loop.Controller(config, [sensor], [], RealClock())
+    running = asyncio.create_task(controller.run())
+    await asyncio.wait_for(sensor.entered.wait(), 5)
+    started = time.monotonic()
+    controller.stop()
+    await asyncio.wait_for(running, 5)
+    assert time.monotonic() - started < 1.0
+    assert controller.ticks_completed == 0
