@@ -220,7 +220,7 @@ async def _serve(config: Config, args: argparse.Namespace) -> int:
     controller.listeners.append(TickNotifier(notifier))
     health = HealthRule(args.speed if replay else None)
     runner = None
-    if config.http.enabled:
+    if config.http.enabled or args.http_addr:  # asking for an address on the command line
         runner = await start(create_app(controller, metrics, health, keeper), config.http.addr)
         log.info("http_listening", addr=config.http.addr)
     watchdog: asyncio.Task[None] | None = None
