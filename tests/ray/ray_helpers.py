@@ -18,6 +18,7 @@ import yaml
 
 from autoscalerd.config import Config, parse_config
 from autoscalerd.emulator import cluster as local
+from autoscalerd.emulator import loadgen
 from autoscalerd.emulator.cluster import LocalCluster
 from tests.helpers import REPO, autoscalerd_bin
 
@@ -255,3 +256,93 @@ def daemon_env(cluster: LocalCluster) -> dict[str, str]:
     env["RAY_ADDRESS"] = cluster.gcs_address
     env.setdefault("HOME", os.environ.get("HOME", "/root"))
     return env
+
+
+class BackgroundLoad:
+    """Open-loop load from a thread of its own, so a test can wait on the cluster meanwhile."""
+
+    def __init__(self, url: str, schedule: list[loadgen.ScheduledRequest]) -> None:
+        self.result: loadgen.LoadResult | None = None
+        self._url = url
+        self._schedule = schedule
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+        self._thread.start()
+        self._ready.wait(timeout=10)
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._ready.set()
+        self.result = await loadgen.run(self._url, self._schedule, stop=self._stop, drain_s=15)
+
+    def stop(self) -> loadgen.LoadResult | None:
+        if self._loop is not None and self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=30)
+        return self.result
+
+
+def daemon_config(
+    cluster: LocalCluster,
+    http_port: int,
+    dashboard_url: str | None = None,
+    actuators: tuple[str, ...] = ("ray_serve",),
+    deployments: list[dict[str, Any]] | None = None,
+    **cluster_overrides: Any,
+) -> dict[str, Any]:
+    """A daemon config with short delays: seconds where production uses minutes."""
+    cluster_settings: dict[str, Any] = {
+        "dashboard_url": dashboard_url or cluster.dashboard_url,
+        "token_file": str(cluster.token_file),
+        "address": cluster.gcs_address,
+        "request_timeout_s": 2,
+    }
+    cluster_settings.update(cluster_overrides)
+    return {
+        "tick_s": 1.0,
+        "log_level": "info",
+        "cluster": cluster_settings,
+        "discovery": {"enabled": True},
+        "http": {"enabled": True, "addr": f"127.0.0.1:{http_port}"},
+        "defaults": {
+            "autoscaling": {
+                "min_replicas": 1,
+                "max_replicas": 3,
+                "target_ongoing_requests": 2,
+                "upscale_delay_s": 2,
+                "downscale_delay_s": 8,
+                "look_back_period_s": 5,
+            },
+            # The emulator's replica serves about 2 requests/s (see LLM_ARGS).
+            "capacity": {
+                "service_rate_per_replica": 2.0,
+                "target_utilization": 0.8,
+                "learn_service_rate": False,
+                "cold_start_s": 5,
+                "actuation_delay_s": 1,
+                "reactive_window_s": 5,
+            },
+            "forecast": {"enabled": False},
+            "max_metric_age_s": 5,
+        },
+        "deployments": deployments or [],
+        "sensors": [{"type": "ray_serve", "metrics_interval_s": 1, "rate_window_s": 4}],
+        "actuators": [{"type": name} for name in actuators],
+    }
+
+
+def healthz(port: int) -> int:
+    """The daemon's /healthz status (0 when it does not answer)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0

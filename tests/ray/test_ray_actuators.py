@@ -187,7 +187,9 @@ async def test_node_actuator_brings_gpu_nodes_and_lets_them_go(llm_at_one: Local
     actuator = RayAutoscalerActuator({"call_timeout_s": 30}, ActuatorContext(config=config))
     gpu = {"GPU": 1.0}
     try:
-        baseline = llm_at_one.gpu_nodes()
+        # Start from the one GPU node llm's single replica needs (earlier tests may leave
+        # idle nodes that Ray's autoscaler has not yet removed).
+        wait_for(lambda: llm_at_one.gpu_nodes() == 1, 120, 1.0, "a single GPU node")
         [result] = await actuator.apply([actuation("headroom/test", 0, resources=gpu, headroom=3)])
         assert result.ok and result.applied_replicas == 3, result
         wait_for(lambda: llm_at_one.gpu_nodes() >= 3, 90, 1.0, "three GPU nodes")
@@ -195,6 +197,6 @@ async def test_node_actuator_brings_gpu_nodes_and_lets_them_go(llm_at_one: Local
         assert same.skipped
         [cleared] = await actuator.apply([actuation("headroom/test", 0, resources=gpu)])
         assert cleared.ok and not cleared.skipped
-        wait_for(lambda: llm_at_one.gpu_nodes() <= max(1, baseline), 120, 1.0, "GPU nodes gone")
+        wait_for(lambda: llm_at_one.gpu_nodes() == 1, 120, 1.0, "headroom GPU nodes gone")
     finally:
         await actuator.close()
