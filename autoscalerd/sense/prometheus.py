@@ -84,10 +84,11 @@ def label_key(labels: Mapping[str, str], drop: Iterable[str] = ()) -> Labels:
 class CounterDeltas:
     """Per-series increments of cumulative values (counters, histogram buckets).
 
-    `advance(key, value)` returns how much the series grew since it was last seen; a drop
-    means the owner restarted and counts from zero again. A series seen for the first time
-    counts from zero only when `new_from_zero` is true (it appeared after we started
-    watching its source); otherwise its first value is only a baseline.
+    `advance(key, value, count)` returns how much the series grew since it was last seen;
+    a drop means its owner restarted and counts from zero again, and a series seen for the
+    first time grew from zero. With `count=False` the value is only recorded: for the
+    first scrape of an endpoint, or the first after a gap, whose growth happened before
+    or between our looks and must not read as a burst now.
     """
 
     def __init__(self) -> None:
@@ -95,15 +96,15 @@ class CounterDeltas:
         self._seen_round: dict[object, int] = {}
         self._round = 0
 
-    def advance(self, key: object, value: float, new_from_zero: bool) -> float:
+    def advance(self, key: object, value: float, count: bool) -> float:
         if not math.isfinite(value) or value < 0:
             return 0.0
         self._seen_round[key] = self._round
         previous = self._last.get(key)
         self._last[key] = value
-        if previous is None:
-            return value if new_from_zero else 0.0
-        if value < previous:
+        if not count:
+            return 0.0
+        if previous is None or value < previous:
             return value
         return value - previous
 

@@ -190,15 +190,14 @@ class RayServeSensor:
 
         state_or_error = apps_task.result()
         if isinstance(state_or_error, str):
+            # Reported through SenseResult.error: the loop logs it once per change.
             self._dashboard_error = state_or_error
-            self._report("dashboard", state_or_error)
             # Scrapes are not ingested: without the platform's view they cannot be
             # attributed, and skipping them makes the windows restart after the outage.
             return
         state, state_at_s = state_or_error
         self._state, self._state_at_s = state, state_at_s
         self._dashboard_error = None
-        self._report("dashboard", "")
         if scrape_task is not None:
             self._ingest(state, scrape_task.result())
             self._last_scrape_s = now_s
@@ -303,7 +302,8 @@ class RayServeSensor:
         partial = (
             f"{len(failures)} of {len(answers)} endpoints failed: {failures[0]}" if failures else ""
         )
-        self._report("metrics", self._metrics_error or partial)
+        # A total failure is SenseResult.error; a partial one only reaches the log.
+        self._report("metrics", "" if self._metrics_error else partial)
 
     def _report(self, what: str, error: str) -> None:
         """Log a problem when it starts or changes, and its end once: not every round."""
