@@ -189,12 +189,22 @@ class TcpProxy:
 class Daemon:
     """`autoscalerd run --config F` as a user runs it; its JSON log lines, collected."""
 
-    def __init__(self, config: dict[str, Any], workdir: Path, env: dict[str, str]) -> None:
-        self.config_path = workdir / f"autoscalerd-{time.monotonic_ns()}.yaml"
-        self.config_path.write_text(yaml.safe_dump(config))
+    def __init__(
+        self,
+        config: dict[str, Any] | Path,
+        workdir: Path,
+        env: dict[str, str],
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        if isinstance(config, Path):
+            self.config_path = config
+        else:
+            self.config_path = workdir / f"autoscalerd-{time.monotonic_ns()}.yaml"
+            self.config_path.write_text(yaml.safe_dump(config))
         self.lines: list[str] = []
+        command = [autoscalerd_bin(), "run", "--config", str(self.config_path)]
         self.proc = subprocess.Popen(
-            [autoscalerd_bin(), "run", "--config", str(self.config_path), "--log-format", "json"],
+            [*command, "--log-format", "json", *extra_args],
             cwd=REPO,
             env={**env, "PYTHONUNBUFFERED": "1"},
             stdout=subprocess.PIPE,
@@ -239,8 +249,13 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def daemon(config: dict[str, Any], workdir: Path, env: dict[str, str]) -> Iterator[Daemon]:
-    process = Daemon(config, workdir, env)
+def daemon(
+    config: dict[str, Any] | Path,
+    workdir: Path,
+    env: dict[str, str],
+    extra_args: tuple[str, ...] = (),
+) -> Iterator[Daemon]:
+    process = Daemon(config, workdir, env, extra_args)
     try:
         yield process
     finally:

@@ -9,6 +9,7 @@ import pytest
 
 from autoscalerd.emulator import loadgen
 from autoscalerd.emulator.cluster import LocalCluster
+from tests.helpers import REPO
 from tests.ray.ray_helpers import (
     LLM,
     OUTPUT_TOKENS,
@@ -134,3 +135,19 @@ def test_token_problems_are_reported_and_the_daemon_keeps_running(
         assert proc.alive()
     output = proc.output()
     assert "wrong-token-value" not in output and ray_cluster.token not in output
+
+
+def test_shipped_ray_config_works_unedited(llm_at_one: LocalCluster, tmp_path: Path) -> None:
+    """config/ray.yaml against a local Ray on default ports, the token in $RAY_AUTH_TOKEN."""
+    env = daemon_env(llm_at_one)
+    env["RAY_AUTH_TOKEN"] = llm_at_one.token
+    env["HOME"] = str(tmp_path)
+    port = free_port()
+    config = REPO / "config" / "ray.yaml"
+    with daemon(config, tmp_path, env, ("--http-addr", f"127.0.0.1:{port}")) as proc:
+        wait_for(lambda: managed(proc, LLM), 60, what="llm discovered and managed")
+        time.sleep(3)
+        assert not managed(proc, PLAIN), "apps without external scaling are not discovered"
+        assert not proc.events("sensor_failed") and not proc.events("actuation_failed")
+        assert proc.alive() and healthz(port) == 200
+    assert llm_at_one.token not in proc.output()
