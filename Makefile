@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo test lint lock clean
+.PHONY: venv demo replay test lint lock clean
 
 venv: $(VENV)/.installed
 
@@ -14,6 +14,9 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	touch $@
 
 demo: venv
+	$(BIN)/autoscalerd demo
+
+replay: venv
 	$(BIN)/autoscalerd run --dry-run --config config/replay.yaml
 
 lint: venv

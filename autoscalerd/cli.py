@@ -18,6 +18,8 @@ from typing import Any
 
 from autoscalerd import __version__, logs
 from autoscalerd.config import Config, ConfigError, HttpConfig, load_config
+from autoscalerd.demo import run as demo_cli
+from autoscalerd.sim import cli as backtest_cli
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -60,12 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("version", help="print the version")
 
-    try:
-        from autoscalerd.sim import cli as backtest_cli
-    except ImportError:
-        backtest_cli = None  # type: ignore[assignment]
-    if backtest_cli is not None:
-        backtest_cli.add_parser(sub)
+    backtest_cli.add_parser(sub)
+    demo_cli.add_parser(sub)
     return parser
 
 
@@ -91,9 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"autoscalerd {__version__}")
             return EXIT_OK
         if args.command == "backtest":
-            from autoscalerd.sim import cli as backtest_cli
-
             return int(backtest_cli.run(args))
+        if args.command == "demo":
+            return demo_cli.run(args)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except ConfigError as exc:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import json
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -28,6 +30,23 @@ class ScheduledRequest:
     at_s: float  # seconds after the start
     prompt_tokens: int
     output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One request's outcome as the client saw it (times relative to the run's start)."""
+
+    request: ScheduledRequest
+    sent_at_s: float
+    status: int | None  # None: no HTTP answer (connection error, timeout)
+    latency_s: float
+    # What the emulator reports of its own service: prefill (TTFT at the replica) and total.
+    server_ttft_s: float | None = None
+    server_e2e_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
 
 
 @dataclass(slots=True)
@@ -98,10 +117,13 @@ async def run(
     max_duration_s: float = 600.0,
     drain_s: float = 30.0,
     stop: asyncio.Event | None = None,
+    on_answer: Callable[[Answer], None] | None = None,
+    on_sent: Callable[[], None] | None = None,
 ) -> LoadResult:
     """Send `schedule` to `url` (POST JSON); answers are counted as they come.
 
     Setting `stop` ends sending early; requests already sent still get `drain_s`.
+    `on_sent` is called per request sent, `on_answer` per request ended (also failures).
     """
     check_loopback(url)
     if len(schedule) > MAX_REQUESTS:
@@ -115,21 +137,39 @@ async def run(
 
         async def one(request: ScheduledRequest) -> None:
             sent = time.monotonic()
+            status: int | None = None
+            reported: dict[str, Any] = {}
             try:
                 body = {
                     "prompt_tokens": request.prompt_tokens,
                     "output_tokens": request.output_tokens,
                 }
                 async with session.post(url, json=body) as answer:
-                    await answer.read()
+                    text = await answer.read()
+                    status = answer.status
                     result.statuses[answer.status] = result.statuses.get(answer.status, 0) + 1
                     if answer.status == 200:
                         result.ok += 1
                         result.latencies_s.append(time.monotonic() - sent)
+                        with contextlib.suppress(ValueError):
+                            parsed = json.loads(text)
+                            if isinstance(parsed, dict):
+                                reported = parsed
                     else:
                         result.failed += 1
             except (aiohttp.ClientError, asyncio.TimeoutError, TimeoutError):
                 result.failed += 1
+            if on_answer is not None:
+                on_answer(
+                    Answer(
+                        request=request,
+                        sent_at_s=sent - started,
+                        status=status,
+                        latency_s=time.monotonic() - sent,
+                        server_ttft_s=_number(reported.get("ttft_s")),
+                        server_e2e_s=_number(reported.get("e2e_s")),
+                    )
+                )
 
         started = time.monotonic()
         for request in sorted(schedule, key=lambda r: r.at_s):
@@ -150,6 +190,8 @@ async def run(
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
             result.sent += 1
+            if on_sent is not None:
+                on_sent()
         if in_flight:
             _, late = await asyncio.wait(set(in_flight), timeout=drain_s)
             for task in late:
@@ -157,3 +199,7 @@ async def run(
             await asyncio.gather(*late, return_exceptions=True)
             result.failed += len(late)
     return result
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None

@@ -1,4 +1,4 @@
-"""The real-Ray test cluster: started once per session, always stopped.
+"""The real-Ray test cluster: started once for the tests in this folder, always stopped.
 
 A local autoscaling cluster from config/ray-cluster.yaml (head with 2 CPUs, up to three
 logical-GPU worker nodes), token auth on, and two emulator apps:
@@ -18,7 +18,9 @@ from autoscalerd.emulator import cluster as local
 from tests.ray.ray_helpers import APPS, LLM, scale
 
 
-@pytest.fixture(scope="session")
+# Package scope: the cluster stops when this folder's tests are done, so later tests (the
+# demo starts a cluster of its own on the same ports) find the machine free.
+@pytest.fixture(scope="package")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[local.LocalCluster]:
     workdir = tmp_path_factory.mktemp("ray")
     # Also on an interpreter exit that skips fixture teardown (e.g. a second Ctrl-C).

@@ -1,0 +1,49 @@
+"""`autoscalerd demo` end to end: a shortened run against its own local Ray cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.helpers import REPO, autoscalerd_bin
+
+
+def ray_processes() -> list[str]:
+    listing = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
+    return [
+        line
+        for line in listing.stdout.splitlines()
+        if any(name in line for name in ("raylet", "gcs_server", "ray::", "dashboard.py"))
+    ]
+
+
+def test_short_demo_scales_up_and_down_reports_and_leaves_no_ray_behind(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    assert not ray_processes(), "a Ray cluster is already running here"
+    report_dir = tmp_path / "report"
+    # Four trace minutes from 2 min in (a burst, then calmer) at 4x: a minute of load,
+    # then 25 s of quiet for the scale-down.
+    result = subprocess.run(
+        [autoscalerd_bin(), "demo", "--duration", "4m", "--report-dir", str(report_dir)],
+        cwd=REPO,
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert (report_dir / "demo.png").stat().st_size > 10_000
+    summary = json.loads((report_dir / "summary.json").read_text())["summary"]
+    assert summary["requests"] > 100
+    assert summary["ok"] > 0.9 * summary["requests"]
+    assert summary["scale_ups"] >= 1 and summary["scale_downs"] >= 1
+    assert summary["peak_replicas"] >= 2
+    assert summary["replica_seconds"] < summary["static_peak_replica_seconds"]
+    timeline = json.loads((report_dir / "timeline.json").read_text())
+    running = [row["running_replicas"] for row in timeline if row["running_replicas"] is not None]
+    assert max(running) > running[0] and running[-1] < max(running)
+    assert "report:" in result.stdout and "local Ray cluster stopped" in result.stdout
+    assert not ray_processes()
