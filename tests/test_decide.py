@@ -302,3 +302,21 @@ def test_replicas_earned_by_a_burst_are_kept_for_the_downscale_window() -> None:
     assert targets[-1] == 10  # still kept 50 s after the burst
     targets, _ = run(cfg, [8.0] * 30, state=state, start_s=159)
     assert targets[-1] == 1
+
+
+def test_a_stale_replica_count_blocks_scale_down_even_with_fresh_load() -> None:
+    cfg = make_cfg()
+    _, state = run(cfg, [80.0] * 100)
+    assert state.target_replicas == 10
+    now_s = 100.0
+    for _ in range(120):
+        now_s += 1
+        stale = Observation(
+            deployment="app/llm",
+            sensed_at_s=now_s,
+            arrival_rate_per_s=Reading(1.0, now_s),
+            running_replicas=Reading(10, now_s - 60),
+        )
+        decision, state = decide(stale, state, cfg, now_s)
+        assert decision.target_replicas == 10
+    assert Reason.STALE_DATA in decision.reasons

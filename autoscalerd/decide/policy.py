@@ -58,6 +58,8 @@ def _fresh_inputs(obs: Observation, cfg: DeploymentConfig, now_s: float) -> _Inp
     tokens = obs.fresh("token_rate_per_s", now_s, max_age_s)
     ongoing = obs.fresh("ongoing_requests", now_s, max_age_s)
     queued = obs.fresh("queued_requests", now_s, max_age_s)
+    # The platform's view counts too: fresh load next to a stale replica count is not a
+    # picture to scale down on.
     stale = tuple(
         name
         for name in (
@@ -65,6 +67,8 @@ def _fresh_inputs(obs: Observation, cfg: DeploymentConfig, now_s: float) -> _Inp
             "token_rate_per_s",
             "ongoing_requests",
             "queued_requests",
+            "running_replicas",
+            "platform_target_replicas",
         )
         if getattr(obs, name) is not None and obs.fresh(name, now_s, max_age_s) is None
     )
