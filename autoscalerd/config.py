@@ -11,7 +11,7 @@ import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
@@ -212,6 +212,29 @@ class Config(_Model):
             if deployment.name == name:
                 return deployment
         return DeploymentConfig(name=name, **dict(self.defaults))
+
+
+_Settings = TypeVar("_Settings", bound=BaseModel)
+
+
+def plugin_settings(model: type[_Settings], settings: Mapping[str, Any]) -> _Settings:
+    """Validate a plugin's settings block; ConfigError with one line per problem.
+
+    For sensor and actuator plugins (first- and third-party): declare the settings as a
+    pydantic model with `extra="forbid"` and call this from the constructor.
+    """
+    try:
+        return model.model_validate(dict(settings))
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_url=False):
+            where = ".".join(str(part) for part in error["loc"]) or "(settings)"
+            if error["type"] == "extra_forbidden":
+                known = ", ".join(model.model_fields)
+                problems.append(f"{where}: unknown setting; known: {known}")
+            else:
+                problems.append(f"{where}: {str(error['msg']).lower()} (got {error['input']!r})")
+        raise ConfigError(problems) from None
 
 
 # ---------------------------------------------------------------- loading and error text

@@ -28,11 +28,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from autoscalerd import logs
 from autoscalerd.act.base import Actuation, ActuationResult, ActuatorContext
-from autoscalerd.config import ConfigError
+from autoscalerd.config import plugin_settings
 from autoscalerd.dashboard import find_token
 
 Bundle = dict[str, float]
@@ -87,18 +87,7 @@ def merged_bundles(
 
 
 def _settings(settings: Mapping[str, Any]) -> RayAutoscalerSettings:
-    try:
-        return RayAutoscalerSettings.model_validate(dict(settings))
-    except ValidationError as exc:
-        problems = []
-        for error in exc.errors(include_url=False):
-            where = ".".join(str(part) for part in error["loc"]) or "(settings)"
-            if error["type"] == "extra_forbidden":
-                known = ", ".join(RayAutoscalerSettings.model_fields)
-                problems.append(f"{where}: unknown setting; known: {known}")
-            else:
-                problems.append(f"{where}: {str(error['msg']).lower()} (got {error['input']!r})")
-        raise ConfigError(problems) from None
+    return plugin_settings(RayAutoscalerSettings, settings)
 
 
 class RayAutoscalerActuator:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
@@ -38,7 +38,7 @@ from tenacity import (
 
 from autoscalerd import logs
 from autoscalerd.act.base import Actuation, ActuationResult, ActuatorContext
-from autoscalerd.config import ConfigError
+from autoscalerd.config import plugin_settings
 from autoscalerd.dashboard import (
     TIMEOUT,
     UNAVAILABLE,
@@ -98,18 +98,7 @@ def _transient(exc: BaseException) -> bool:
 
 
 def _settings(settings: Mapping[str, Any]) -> RayServeActuatorSettings:
-    try:
-        return RayServeActuatorSettings.model_validate(dict(settings))
-    except ValidationError as exc:
-        problems = []
-        for error in exc.errors(include_url=False):
-            where = ".".join(str(part) for part in error["loc"]) or "(settings)"
-            if error["type"] == "extra_forbidden":
-                known = ", ".join(RayServeActuatorSettings.model_fields)
-                problems.append(f"{where}: unknown setting; known: {known}")
-            else:
-                problems.append(f"{where}: {str(error['msg']).lower()} (got {error['input']!r})")
-        raise ConfigError(problems) from None
+    return plugin_settings(RayServeActuatorSettings, settings)
 
 
 class RayServeActuator:

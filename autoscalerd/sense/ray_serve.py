@@ -21,10 +21,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from autoscalerd import logs
-from autoscalerd.config import Config, ConfigError
+from autoscalerd.config import Config, plugin_settings
 from autoscalerd.dashboard import DashboardClient, DashboardError, find_token
 from autoscalerd.model import Observation, Reading
 from autoscalerd.sense import serve_metrics as sm
@@ -65,18 +65,7 @@ class RayServeSettings(BaseModel):
 
 
 def _settings(settings: Mapping[str, Any]) -> RayServeSettings:
-    try:
-        return RayServeSettings.model_validate(dict(settings))
-    except ValidationError as exc:
-        problems = []
-        for error in exc.errors(include_url=False):
-            where = ".".join(str(part) for part in error["loc"]) or "(settings)"
-            if error["type"] == "extra_forbidden":
-                known = ", ".join(RayServeSettings.model_fields)
-                problems.append(f"{where}: unknown setting; known: {known}")
-            else:
-                problems.append(f"{where}: {str(error['msg']).lower()} (got {error['input']!r})")
-        raise ConfigError(problems) from None
+    return plugin_settings(RayServeSettings, settings)
 
 
 class RayServeSensor:
