@@ -365,20 +365,29 @@ def _series(
 
 
 def ttft_bin_width_s(duration_s: float) -> float:
-    """About 500 bins, in whole minutes (at least one)."""
-    return 60.0 * max(1, math.ceil(duration_s / 500 / 60))
+    """A round bin width giving at most about 500 bins."""
+    for minutes in (1, 2, 5, 10, 15, 20, 30, 60, 120, 240, 360, 720, 1440):
+        if duration_s / (60.0 * minutes) <= 500:
+            return 60.0 * minutes
+    return 86400.0
 
 
 def quantile_by_time(
     at_s: np.ndarray, values: np.ndarray, bin_s: float, duration_s: float, quantile: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The `quantile` of `values` per time bin of `at_s`; NaN for empty bins."""
-    bins = max(1, math.ceil(duration_s / bin_s))
+    """The `quantile` of `values` per whole time bin of `at_s`; NaN for empty bins.
+
+    A last bin cut short by the end of the trace is left out: the few requests in it
+    make a noisy quantile.
+    """
+    bins = max(1, math.floor(duration_s / bin_s))
     centres = (np.arange(bins) + 0.5) * bin_s
     out = np.full(bins, np.nan)
     if at_s.size == 0:
         return centres, out
-    index = np.minimum((at_s.astype(np.float64) // bin_s).astype(np.int64), bins - 1)
+    index = (at_s.astype(np.float64) // bin_s).astype(np.int64)
+    inside = index < bins
+    index, values = index[inside], values[inside]
     order = np.lexsort((values, index))
     sorted_index = index[order]
     sorted_values = values[order]

@@ -113,9 +113,13 @@ def plot(result: BacktestResult, path: str | Path) -> None:
     name = Path(str(result.trace["path"])).name
     figure.suptitle(f"Backtest of {name} ({demand.requests:,} requests)")
 
-    # Load, per oracle bucket, and autoscalerd's forecast in requests/s.
-    bucket_time = (np.arange(demand.arrivals.size) + 0.5) * demand.bucket_s / scale_s
-    load_ax.plot(bucket_time, demand.arrival_rate_per_s(), color="black", lw=0.8, label="arrivals")
+    # Load, per oracle bucket, and autoscalerd's forecast in requests/s. A last bucket cut
+    # short by the end of the trace would read as a drop in load: leave it out.
+    full = int(demand.duration_s // demand.bucket_s) or demand.arrivals.size
+    bucket_time = (np.arange(full) + 0.5) * demand.bucket_s / scale_s
+    load_ax.plot(
+        bucket_time, demand.arrival_rate_per_s()[:full], color="black", lw=0.8, label="arrivals"
+    )
     series = result.series.get("autoscalerd")
     if series is not None and series.forecast_per_s is not None:
         per_request = _load_per_request(result)
@@ -123,7 +127,8 @@ def plot(result: BacktestResult, path: str | Path) -> None:
             series.time_s / scale_s,
             series.forecast_per_s / per_request,
             color=_COLOURS["autoscalerd"],
-            lw=1.0,
+            lw=0.9,
+            alpha=0.8,
             label="autoscalerd forecast",
         )
         if series.forecast_upper_per_s is not None:
@@ -138,30 +143,30 @@ def plot(result: BacktestResult, path: str | Path) -> None:
     load_ax.set_ylabel(f"requests/s ({demand.bucket_s:g} s bins)")
     load_ax.legend(loc="upper right", fontsize=8)
 
-    for policy, policy_series in result.series.items():
-        replicas_ax.plot(
-            policy_series.time_s / scale_s,
-            policy_series.replicas,
-            lw=1.2 if policy == "autoscalerd" else 0.8,
-            color=_COLOURS.get(policy),
-            label=policy,
-        )
-        ttft_ax.plot(
-            policy_series.ttft_time_s / scale_s,
-            policy_series.ttft_p99_s,
-            lw=1.2 if policy == "autoscalerd" else 0.8,
-            color=_COLOURS.get(policy),
-            label=policy,
-        )
+    # autoscalerd last, on top; the reference policies dashed.
+    order = sorted(result.series, key=lambda policy: policy == "autoscalerd")
+    for policy in order:
+        policy_series = result.series[policy]
+        ours = policy == "autoscalerd"
+        style: dict[str, Any] = {
+            "color": _COLOURS.get(policy),
+            "lw": 1.3 if ours else 0.7,
+            "alpha": 1.0 if ours else 0.75,
+            "ls": "--" if policy in ("static-peak", "oracle") else "-",
+            "zorder": 3 if ours else 2,
+            "label": policy,
+        }
+        replicas_ax.plot(policy_series.time_s / scale_s, policy_series.replicas, **style)
+        ttft_ax.plot(policy_series.ttft_time_s / scale_s, policy_series.ttft_p99_s, **style)
     model = result.settings.replica
-    work_per_s = (
-        np.maximum(
-            demand.prompt_tokens / model.prefill_tokens_per_s,
-            demand.output_tokens / model.decode_tokens_per_s,
-        )
-        / demand.bucket_s
+    # The replicas the work would keep busy at 100 %: what no policy can go below.
+    busy = np.maximum(
+        demand.prompt_tokens[:full] / model.prefill_tokens_per_s,
+        demand.output_tokens[:full] / model.decode_tokens_per_s,
     )
-    replicas_ax.plot(bucket_time, work_per_s, color="black", lw=0.6, ls="--", label="work")
+    replicas_ax.plot(
+        bucket_time, busy / demand.bucket_s, color="black", lw=0.6, ls=":", label="work"
+    )
     replicas_ax.set_ylabel("replicas (costing)")
     replicas_ax.legend(loc="upper right", fontsize=8, ncol=2)
 
