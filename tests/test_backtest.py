@@ -129,6 +129,29 @@ def test_ray_serve_waits_out_the_downscale_delay() -> None:
     assert history[300] == 3
 
 
+# ---------------------------------------------------------------- autoscalerd: the daemon's code
+
+
+def test_autoscalerd_policy_is_the_daemons_decide(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoscalerd.decide import policy as decision_core
+    from autoscalerd.sim.policies import AutoscalerdPolicy
+
+    calls: list[float] = []
+    real_decide = decision_core.decide
+
+    def decide(obs: Observation, state: Any, cfg: Any, now_s: float) -> Any:
+        calls.append(now_s)
+        return real_decide(obs, state, cfg, now_s)
+
+    monkeypatch.setattr(decision_core, "decide", decide)
+    cfg = load_config(BACKTEST_CONFIG).deployment("llm/code")
+    policy = AutoscalerdPolicy(cfg, 2)
+    targets = [policy.step(observation(float(t), ongoing=10, running=2), float(t)) for t in (1, 2)]
+    assert calls == [1.0, 2.0]
+    assert policy.last_decision is not None
+    assert targets[-1] == policy.last_decision.target_replicas
+
+
 # ---------------------------------------------------------------- hpa, kpa, threshold
 
 

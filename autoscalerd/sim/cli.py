@@ -22,7 +22,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from autoscalerd.config import Config, ConfigError, DeploymentConfig, load_config
+from autoscalerd.config import ConfigError, DeploymentConfig, load_config
 from autoscalerd.sim.cluster import ReplicaModel
 from autoscalerd.sim.policies import POLICIES
 from autoscalerd.sim.traces import (
@@ -222,9 +222,16 @@ def _policies(names: list[str]) -> list[str]:
 
 
 def _deployment_config(path: str | None, name: str | None) -> DeploymentConfig:
-    if path is None and DEFAULT_CONFIG.exists():
+    if path is None:
+        # The built-in defaults know nothing of the simulated model (μ = 1 request/s):
+        # better no backtest than a misleading one.
+        if not DEFAULT_CONFIG.exists():
+            raise UsageError(
+                f"no --config given and {DEFAULT_CONFIG} is not there; pass --config FILE "
+                "(the project ships config/backtest.yaml)"
+            )
         path = str(DEFAULT_CONFIG)
-    config = load_config(path) if path is not None else Config()
+    config = load_config(path)
     if name is not None:
         listed = [d.name for d in config.deployments]
         if listed and name not in listed:
