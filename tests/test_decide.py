@@ -320,3 +320,19 @@ def test_a_stale_replica_count_blocks_scale_down_even_with_fresh_load() -> None:
         decision, state = decide(stale, state, cfg, now_s)
         assert decision.target_replicas == 10
     assert Reason.STALE_DATA in decision.reasons
+
+
+def test_slo_guard_adds_one_step_per_landing_not_one_per_tick() -> None:
+    cfg = make_cfg(slo={"ttft_p99_s": 1.0}, autoscaling={"upscale_delay_s": 0})
+    state = initial_state(cfg, 0, 4)
+    targets = []
+    for tick in range(1, 31):
+        # p99 stays over the SLO; the platform still runs 4 while the 5th starts.
+        obs = observe(tick, 8.0, ttft_p99_s=3.0, running_replicas=4)
+        decision, state = decide(obs, state, cfg, tick)
+        targets.append(decision.target_replicas)
+    assert targets[0] == 5
+    assert set(targets) == {5}
+    # Once the step has landed and p99 is still over, one more.
+    decision, _ = decide(observe(31, 8.0, ttft_p99_s=3.0, running_replicas=5), state, cfg, 31)
+    assert decision.target_replicas == 6

@@ -175,10 +175,15 @@ def decide(
 
     # 5. SLO guard: what users feel wins over every estimate. Breach: at least one step up,
     # and nothing below the current count.
+    # One step per landing: while replicas asked for earlier are still starting, the p99
+    # cannot have improved yet, and adding a step every tick would walk to max_replicas.
     breached = _slo_breaches(obs, cfg, now_s)
     if breached:
         reasons.append(Reason.SLO_BREACH)
-        replicas_raw = max(replicas_raw if replicas_raw is not None else 0, current + 1)
+        running = obs.fresh("running_replicas", now_s, cfg.max_metric_age_s)
+        landing = running is not None and running < current
+        floor = current if landing else current + 1
+        replicas_raw = max(replicas_raw if replicas_raw is not None else 0, floor)
         replicas_sustained = max(replicas_sustained or 0, current)
 
     base = Decision(
