@@ -257,10 +257,6 @@ def run_cli(*args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess
     )
 
 
-pytestmark_cli = pytest.mark.skipif(not AUTOSCALERD.exists(), reason="console script not installed")
-
-
-@pytestmark_cli
 def test_cli_request_level_trace_all_policies(tmp_path: Path) -> None:
     out_json, out_png = tmp_path / "out.json", tmp_path / "out.png"
     done = run_cli(
@@ -274,7 +270,6 @@ def test_cli_request_level_trace_all_policies(tmp_path: Path) -> None:
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytestmark_cli
 def test_cli_binned_trace_with_tokens_from_a_request_trace(tmp_path: Path) -> None:
     out_json = tmp_path / "out.json"
     done = run_cli(
@@ -290,7 +285,6 @@ def test_cli_binned_trace_with_tokens_from_a_request_trace(tmp_path: Path) -> No
     ]  # fmt: skip
 
 
-@pytestmark_cli
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -404,7 +404,6 @@ def load_trace() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     return labels_s, raw[:, 1].astype(float)
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="trace file not present")
 def test_beats_baselines_on_azure_day_5() -> None:
     # 300 s buckets, a one-day season of 288: each statsmodels fit takes tens of ms (1440
     # buckets of 60 s also fit in well under a second, but the 10 s bins make 300 s a
