@@ -292,6 +292,7 @@ def test_cli_binned_trace_with_tokens_from_a_request_trace(tmp_path: Path) -> No
         (["--trace", str(AZURE_2023), "--policy", "magic"], "--policy: unknown magic"),
         (["--trace", str(AZURE_2023), "--duration", "soon"], "--duration: 'soon' is not"),
         (["--trace", str(AZURE_2023), "--json", "/no/such/dir/x.json"], "--json: directory"),
+        (["--trace", str(AZURE_2023), "--start", "2h"], "no requests in the window"),
     ],
 )
 def test_cli_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:

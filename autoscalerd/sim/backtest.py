@@ -35,7 +35,7 @@ from autoscalerd.sim.reference import (
     work_bound_replica_seconds,
 )
 from autoscalerd.sim.sensor import SimSensor
-from autoscalerd.sim.traces import Trace
+from autoscalerd.sim.traces import Trace, TraceError
 
 WORK_BOUND = "work-bound"
 
@@ -155,6 +155,10 @@ def run_backtest(
         if name not in POLICIES:
             raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
     demand = profile(trace.batches(), settings.oracle_bucket_s, trace.window.duration_s)
+    if demand.requests == 0:
+        raise TraceError(
+            f"{trace.path}: no requests in the window replayed; check --start and --duration"
+        )
     bounds = Bounds(cfg.autoscaling.min_replicas, cfg.autoscaling.max_replicas)
     plan = oracle_plan(
         demand,
