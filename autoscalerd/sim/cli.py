@@ -112,18 +112,58 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     model = parser.add_argument_group("simulated replica (defaults: a 70B model on 4 GPUs)")
     defaults = ReplicaModel()
-    model.add_argument("--max-ongoing-requests", type=int, default=defaults.max_ongoing_requests)
     model.add_argument(
-        "--prefill-tokens-per-s", type=_positive_float, default=defaults.prefill_tokens_per_s
+        "--max-ongoing-requests",
+        type=int,
+        default=defaults.max_ongoing_requests,
+        metavar="N",
+        help=f"requests one replica holds (default {defaults.max_ongoing_requests})",
     )
-    model.add_argument("--tpot-batch1-s", type=_positive_float, default=defaults.tpot_batch1_s)
     model.add_argument(
-        "--tpot-full-batch-s", type=_positive_float, default=defaults.tpot_full_batch_s
+        "--prefill-tokens-per-s",
+        type=_positive_float,
+        default=defaults.prefill_tokens_per_s,
+        metavar="R",
+        help=f"prefill speed, one prefill at a time (default {defaults.prefill_tokens_per_s:g})",
     )
-    model.add_argument("--cold-start-s", type=_non_negative_float, default=defaults.cold_start_s)
-    model.add_argument("--gpus-per-replica", type=int, default=defaults.gpus_per_replica)
-    model.add_argument("--tick-s", type=_positive_float, default=1.0, help="policy period")
-    model.add_argument("--ttft-slo-s", type=_positive_float, default=1.0, help="TTFT SLO")
+    model.add_argument(
+        "--tpot-batch1-s",
+        type=_positive_float,
+        default=defaults.tpot_batch1_s,
+        metavar="S",
+        help=f"time per output token, one request decoding (default {defaults.tpot_batch1_s:g})",
+    )
+    model.add_argument(
+        "--tpot-full-batch-s",
+        type=_positive_float,
+        default=defaults.tpot_full_batch_s,
+        metavar="S",
+        help=f"... with a full batch (default {defaults.tpot_full_batch_s:g}); linear between",
+    )
+    model.add_argument(
+        "--cold-start-s",
+        type=_non_negative_float,
+        default=defaults.cold_start_s,
+        metavar="S",
+        help=f"from asking for a replica to its first request (default {defaults.cold_start_s:g})",
+    )
+    model.add_argument(
+        "--gpus-per-replica",
+        type=int,
+        default=defaults.gpus_per_replica,
+        metavar="N",
+        help=f"for GPU-seconds (default {defaults.gpus_per_replica})",
+    )
+    model.add_argument(
+        "--tick-s", type=_positive_float, default=1.0, metavar="S", help="policy period (1)"
+    )
+    model.add_argument(
+        "--ttft-slo-s",
+        type=_positive_float,
+        default=1.0,
+        metavar="S",
+        help="TTFT SLO for attainment (1); autoscalerd's guard reads its --config",
+    )
     model.add_argument(
         "--oracle-utilization",
         type=_positive_float,
