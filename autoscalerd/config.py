@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -70,13 +71,15 @@ class AutoscalingConfig(_Model):
 
 
 class CapacityConfig(_Model):
-    """How much one replica serves, and how hard to drive it."""
+    """The lead time, and the fallbacks for deployments that export no token metrics."""
 
-    load_unit: Literal["requests", "tokens"] = "requests"
-    # μ: requests/s (or prompt+output tokens/s) one replica sustains at full load.
+    # `model`: the smallest count whose predicted wait tail meets the SLO (sizing.py).
+    # `utilization`: ⌈λ / (ρ·μ)⌉ with the model's μ, the classic rule, kept to compare.
+    sizing: Literal["model", "utilization"] = "model"
+    # Fallback μ: requests/s one replica sustains, used only until the replica model has
+    # seen completions (plain Serve apps without vLLM metrics), and for the node headroom.
     service_rate_per_replica: float = Field(1.0, gt=0)
     target_utilization: float = Field(0.8, gt=0, le=1)
-    learn_service_rate: bool = True
     cold_start_s: float = Field(60.0, ge=0)
     actuation_delay_s: float = Field(5.0, ge=0)
     # Backlog Q must drain within this time: adds ⌈Q / (μ·drain_s)⌉ replicas.
@@ -86,6 +89,31 @@ class CapacityConfig(_Model):
     reactive_window_s: float = Field(0.0, ge=0)
     # Below this KV-cache usage no derating; above, μ shrinks linearly to half at 100%.
     kv_cache_derate_above: float = Field(0.9, gt=0, le=1)
+
+
+class ReplicaModelConfig(_Model):
+    """Priors of the replica model; every one is corrected online once traffic flows."""
+
+    learn: bool = True
+    # Slots per replica: Serve reports each deployment's max_ongoing_requests; this is
+    # used only where it does not (Ray Serve's own default is 5).
+    max_ongoing_requests: int = Field(5, ge=1)
+    prefill_tokens_per_s: float = Field(8000.0, gt=0)
+    tpot_batch1_s: float = Field(0.03, gt=0)
+    tpot_full_batch_s: float = Field(0.06, gt=0)
+    # The token mix until requests have been seen.
+    prompt_tokens: float = Field(1000.0, gt=0)
+    output_tokens: float = Field(200.0, ge=0)
+    # How fast old evidence fades (e-folding time): the hardware changes rarely, the
+    # traffic's token mix within minutes.
+    hardware_memory_s: float = Field(600.0, gt=0)
+    mix_memory_s: float = Field(300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _tpot(self) -> ReplicaModelConfig:
+        if self.tpot_full_batch_s < self.tpot_batch1_s:
+            raise ValueError("tpot_full_batch_s: must be >= tpot_batch1_s")
+        return self
 
 
 class ForecastConfig(_Model):
@@ -101,9 +129,21 @@ class ForecastConfig(_Model):
 
 
 class SloConfig(_Model):
-    ttft_p99_s: float | None = Field(None, gt=0)
-    e2e_p99_s: float | None = Field(None, gt=0)
+    """Latency objectives, met by `attainment_target` of requests.
+
+    `ttft_p99_s` and `e2e_p99_s` are the names before the attainment target existed and
+    are read as `ttft_s` and `e2e_s`.
+    """
+
+    attainment_target: float = Field(0.99, gt=0, lt=1)
+    ttft_s: float | None = Field(None, gt=0, validation_alias=AliasChoices("ttft_s", "ttft_p99_s"))
+    e2e_s: float | None = Field(None, gt=0, validation_alias=AliasChoices("e2e_s", "e2e_p99_s"))
+    # The wait (router queue + engine queue) a request may spend before its prefill starts;
+    # by default the TTFT SLO less the mean prefill time, at least half the TTFT SLO.
     queue_wait_s: float | None = Field(None, gt=0)
+    # Error-budget burn-rate windows (SRE practice: a short and a long one).
+    burn_fast_window_s: float = Field(300.0, gt=0)
+    burn_slow_window_s: float = Field(3600.0, gt=0)
 
 
 class DeploymentSettings(_Model):
@@ -111,6 +151,7 @@ class DeploymentSettings(_Model):
 
     autoscaling: AutoscalingConfig = AutoscalingConfig()
     capacity: CapacityConfig = CapacityConfig()
+    replica_model: ReplicaModelConfig = ReplicaModelConfig()
     forecast: ForecastConfig = ForecastConfig()
     slo: SloConfig = SloConfig()
     max_metric_age_s: float = Field(30.0, gt=0)

@@ -10,6 +10,9 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from autoscalerd.decide.burstiness import BurstState
+from autoscalerd.decide.replica_model import ReplicaModelState
+from autoscalerd.decide.slo_guard import GuardState
 from autoscalerd.forecast.holt_winters import ForecasterState
 
 
@@ -22,6 +25,36 @@ class Reading:
 
     def age_s(self, now_s: float) -> float:
         return max(0.0, now_s - self.at_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """Counts per bucket over one interval (not cumulative), +Inf last, and when it ended."""
+
+    bounds_s: tuple[float, ...]
+    counts: tuple[float, ...]
+    at_s: float
+
+    def age_s(self, now_s: float) -> float:
+        return max(0.0, now_s - self.at_s)
+
+    @property
+    def total(self) -> float:
+        return float(sum(self.counts))
+
+    def count_above(self, limit_s: float) -> float:
+        """Requests above `limit_s`, interpolating linearly inside the bucket that holds it."""
+        above = 0.0
+        lower_s = 0.0
+        for index, count in enumerate(self.counts):
+            upper_s = self.bounds_s[index] if index < len(self.bounds_s) else math.inf
+            if lower_s >= limit_s:
+                above += count
+            elif upper_s > limit_s:
+                share = 1.0 if math.isinf(upper_s) else (upper_s - limit_s) / (upper_s - lower_s)
+                above += count * share
+            lower_s = upper_s
+        return above
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +80,18 @@ class Observation:
     # Capacity derating inputs.
     kv_cache_usage_ratio: Reading | None = None
     gpu_health_ratio: Reading | None = None
+    # The replica model's inputs (vLLM's counters and histograms where exported; Serve
+    # reports max_ongoing_requests). Rates are over the last tick, means over look-back.
+    max_ongoing_requests: Reading | None = None  # slots per replica
+    prompt_token_rate_per_s: Reading | None = None  # prompt tokens prefilled per s
+    output_token_rate_per_s: Reading | None = None  # output tokens produced per s
+    prefill_seconds_per_s: Reading | None = None  # prefill time spent per s (sum of histogram)
+    prefilled_request_rate_per_s: Reading | None = None  # requests whose prefill ended, per s
+    prompt_tokens_sq_mean: Reading | None = None  # E[prompt tokens²], from the histogram
+    tpot_mean_s: Reading | None = None  # mean time per output token
+    decode_batch_mean: Reading | None = None  # requests decoding per running replica
+    # Requests whose wait (router queue + engine queue) ended in the last tick, by bucket.
+    queue_wait_histogram: Histogram | None = None
 
     def fresh(self, name: str, now_s: float, max_age_s: float) -> float | None:
         """The value of field `name` if it is known, sane and no older than `max_age_s`.
@@ -72,8 +117,11 @@ class Observation:
 class Reason(str, enum.Enum):
     """Machine-readable reason codes. A decision carries every one that applied."""
 
-    CAPACITY = "capacity"  # R_cap (forecast or reactive rate) drove the raw count
+    CAPACITY = "capacity"  # the replica model's sizing drove the raw count
     CONCURRENCY = "concurrency"  # Ray Serve's ongoing/target rule drove the raw count
+    BURST = "burst"  # the measured burstiness at the SLO's time scale set the count
+    HEADROOM_TIGHTENED = "headroom_tightened"  # the error budget burned: more headroom
+    HEADROOM_RELAXED = "headroom_relaxed"  # the error budget is barely used: less headroom
     BACKLOG = "backlog"  # queued requests added replicas
     FORECAST_LEADS = "forecast_leads"  # the forecast, not the observed rate, set λ_target
     SLO_BREACH = "slo_breach"  # a latency or queue SLO was exceeded
@@ -122,6 +170,16 @@ class Decision:
     replicas_smoothed: float | None = None
     replicas_stabilized: int | None = None
     slo_breached: tuple[str, ...] = ()
+    # The sizing: which condition bound, what it predicts, and on what evidence.
+    sizing_binding: str | None = None
+    predicted_wait_tail: float | None = None  # share of requests over the wait budget
+    peak_to_mean: float | None = None  # arrivals per tick at the attainment quantile
+    wait_budget_s: float | None = None
+    tail_share: float | None = None  # ε the sizing aimed at (error budget x headroom)
+    burn_rate_fast: float | None = None
+    burn_rate_slow: float | None = None
+    # (name, value, samples, age_s or None for a prior) per replica-model parameter.
+    replica_model: tuple[tuple[str, float, int, float | None], ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -133,6 +191,15 @@ class Decision:
             value = getattr(self, f.name)
             if f.name == "reasons":
                 value = [r.value for r in value]
+            elif f.name == "replica_model":
+                value = {
+                    name: {
+                        "value": round(v, 6),
+                        "samples": n,
+                        "age_s": None if age is None else round(age, 3),
+                    }
+                    for name, v, n, age in value
+                }
             elif isinstance(value, tuple):
                 value = list(value)
             elif isinstance(value, float):
@@ -159,9 +226,10 @@ class DeploymentState:
     last_arrival_at_s: float | None = None
     # Since when fresh data has been seen without a gap (restart and outage protection).
     fresh_since_s: float | None = None
-    # Learned service rate per replica (requests/s or tokens/s, as configured).
-    service_rate_per_s: float | None = None
     forecaster: ForecasterState = field(default_factory=ForecasterState)
+    replica_model: ReplicaModelState = field(default_factory=ReplicaModelState)
+    burst: BurstState = field(default_factory=BurstState)
+    guard: GuardState = field(default_factory=GuardState)
 
     def with_(self, **changes: Any) -> DeploymentState:
         from dataclasses import replace

@@ -238,10 +238,21 @@ def test_every_policy_serves_every_request(ten_minutes: Any) -> None:
 
 def test_json_document_follows_the_schema(ten_minutes: Any) -> None:
     document = json.loads(json.dumps(ten_minutes.as_json()))
-    assert set(document) == {"trace", "simulator", "results"}
+    assert set(document) == {
+        "trace", "simulator", "results", "attainable_ttft", "static_frontier", "oracle_frontier",
+    }  # fmt: skip
     assert document["trace"]["path"].endswith("azure_llm_2023_code.csv")
     for row in document["results"]:
         assert set(row) >= ROW_FIELDS
+    # The 2023 code trace's prompts prefill in well under the 1 s SLO on the 70B preset.
+    assert 0.99 < document["attainable_ttft"] <= 1.0
+    statics = document["static_frontier"]
+    assert [p["replicas"] for p in statics] == sorted(p["replicas"] for p in statics)
+    assert statics[0]["replicas"] == 1
+    assert document["oracle_frontier"][0]["target_utilization"] == 0.3
+    ours = next(r for r in document["results"] if r["policy"] == "autoscalerd")
+    assert ours["cost_vs_oracle_at_equal_attainment"] is not None
+    assert isinstance(ours["dominated_by"], list)
 
 
 # ---------------------------------------------------------------- the command

@@ -81,7 +81,11 @@ def config() -> Config:
         {
             "defaults": {
                 "autoscaling": {"min_replicas": 1, "max_replicas": 50, "upscale_delay_s": 0},
-                "capacity": {"service_rate_per_replica": 10, "target_utilization": 1.0},
+                "capacity": {
+                    "sizing": "utilization",
+                    "service_rate_per_replica": 10,
+                    "target_utilization": 1.0,
+                },
                 "forecast": {"enabled": False},
             },
             "http": {"enabled": False},

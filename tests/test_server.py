@@ -49,7 +49,11 @@ def config(**http: Any) -> Config:
                 {
                     "name": NAME,
                     "autoscaling": {"min_replicas": 2, "max_replicas": 6, "upscale_delay_s": 0},
-                    "capacity": {"service_rate_per_replica": 10, "target_utilization": 1.0},
+                    "capacity": {
+                        "sizing": "utilization",
+                        "service_rate_per_replica": 10,
+                        "target_utilization": 1.0,
+                    },
                     "forecast": {"enabled": False},
                 }
             ],

@@ -98,7 +98,11 @@ def write_config(path: Path, trace: Path, port: int, state: Path, **changes: Any
                     "downscale_delay_s": 60,
                     "look_back_period_s": 10,
                 },
-                "capacity": {"service_rate_per_replica": 10, "target_utilization": 0.8},
+                "capacity": {
+                    "sizing": "utilization",
+                    "service_rate_per_replica": 10,
+                    "target_utilization": 0.8,
+                },
                 "forecast": {"enabled": False},
                 "max_metric_age_s": 5,
             }

@@ -27,7 +27,11 @@ def cfg() -> DeploymentConfig:
                         "downscale_delay_s": 60,
                         "look_back_period_s": 10,
                     },
-                    "capacity": {"service_rate_per_replica": 10, "target_utilization": 1.0},
+                    "capacity": {
+                        "sizing": "utilization",
+                        "service_rate_per_replica": 10,
+                        "target_utilization": 1.0,
+                    },
                     "forecast": {"enabled": False},
                     "max_metric_age_s": 5,
                 }
@@ -93,7 +97,7 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
     )
     saved = state.SavedDeployment(
         saved_at_s=150.0,
-        state=busy_then_quiet().with_(forecaster=forecaster, service_rate_per_s=11.5),
+        state=busy_then_quiet().with_(forecaster=forecaster),
         paused=True,
         override_replicas=4,
         override_until_s=900.0,

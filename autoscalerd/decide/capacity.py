@@ -45,24 +45,6 @@ def mean_rate(
     return sum(rate for _, rate in recent) / len(recent)
 
 
-def learn_service_rate(
-    previous_per_s: float | None,
-    prior_per_s: float,
-    completions_per_s: float,
-    running_replicas: float,
-    weight: float = 0.1,
-) -> float:
-    """EWMA of completions per replica while saturated, clamped to [prior/4, 4·prior].
-
-    Only valid while replicas are saturated (a queue exists): otherwise completions
-    measure demand, not capacity, and learning would shrink μ in every quiet hour.
-    """
-    sample_per_s = completions_per_s / running_replicas
-    base_per_s = prior_per_s if previous_per_s is None else previous_per_s
-    learned_per_s = (1 - weight) * base_per_s + weight * sample_per_s
-    return min(4 * prior_per_s, max(prior_per_s / 4, learned_per_s))
-
-
 def derate(
     kv_cache_usage_ratio: float | None, gpu_health_ratio: float | None, above: float
 ) -> float:

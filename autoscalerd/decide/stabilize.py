@@ -84,11 +84,3 @@ def limit_step(current: int, wanted: int, cfg: AutoscalingConfig) -> tuple[int, 
         if wanted < floor:
             return floor, (Reason.STEP_LIMITED,)
     return wanted, ()
-
-
-def apply_bounds(wanted: int, cfg: AutoscalingConfig) -> tuple[int, tuple[Reason, ...]]:
-    if wanted < cfg.min_replicas:
-        return cfg.min_replicas, (Reason.BOUNDED_MIN,)
-    if wanted > cfg.max_replicas:
-        return cfg.max_replicas, (Reason.BOUNDED_MAX,)
-    return wanted, ()

@@ -179,12 +179,12 @@ async def _drive(cluster: Any, the_plan: Plan, args: argparse.Namespace) -> str:
     )
     deployment = f"{APP_NAME}/{_deployment_name()}"
     slo = config.deployment(deployment).slo
-    ttft_slo_s = slo.ttft_p99_s or 1.0
+    ttft_slo_s = slo.ttft_s or 1.0
     sensors = registry.build_sensors(config)
     actuators = registry.build_actuators(config, ActuatorContext(config=config, dry_run=False))
     # Refits are tiny here (a few 5 s buckets): in line, no worker process to clean up.
     controller = Controller(config, sensors, actuators, RealClock(), inline_refit=True)
-    view = DemoView(deployment, ttft_slo_s, slo.e2e_p99_s, the_plan.load_s + the_plan.tail_s)
+    view = DemoView(deployment, ttft_slo_s, slo.e2e_s, the_plan.load_s + the_plan.tail_s)
     rows: list[TickRow] = []
     outcomes: list[RequestOutcome] = []
     load_started = time.monotonic()
@@ -277,7 +277,7 @@ async def _drive(cluster: Any, the_plan: Plan, args: argparse.Namespace) -> str:
         rows,
         outcomes,
         ttft_slo_s,
-        slo.e2e_p99_s,
+        slo.e2e_s,
         about={
             "trace": str(args.trace),
             "start": args.start,

@@ -327,10 +327,13 @@ class RayServeSensor:
         return SenseResult(observations, infos, error=self._metrics_error)
 
     def _observation(self, dep: ServeDeployment, state_at_s: float) -> Observation:
-        fields: dict[str, Reading] = {
+        fields: dict[str, Any] = {
             "running_replicas": Reading(float(dep.running_replicas), state_at_s),
             "starting_replicas": Reading(float(dep.starting_replicas), state_at_s),
         }
+        if dep.max_ongoing_requests is not None:
+            # The replica model's slots: Serve reports them with the deployment's config.
+            fields["max_ongoing_requests"] = Reading(float(dep.max_ongoing_requests), state_at_s)
         if dep.target_replicas is not None:
             fields["platform_target_replicas"] = Reading(float(dep.target_replicas), state_at_s)
         book = self._book

@@ -24,7 +24,9 @@ from autoscalerd.sim.policies import (
     POLICIES,
     REFERENCE_POLICIES,
     AutoscalerdPolicy,
+    OraclePolicy,
     PolicyContext,
+    StaticPolicy,
     initial_replicas,
     make_policy,
 )
@@ -50,6 +52,20 @@ class BacktestSettings:
     oracle_utilization: float = 0.8
     # Time series for the plot are cut to about this many points.
     series_points: int = 2000
+    # The reference frontiers (one simulation per point): static counts up to static
+    # peak (at most `static_points` of them) and the oracle at these utilisations.
+    frontiers: bool = True
+    static_points: int = 12
+    oracle_utilizations: tuple[float, ...] = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierPoint:
+    label: str  # "static-3", "oracle@0.8"
+    replicas: int | None
+    target_utilization: float | None
+    slo_attainment_ttft: float
+    replica_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +86,11 @@ class PolicyResult:
     scale_actions: int | None
     max_queue: int | None
     unfinished: int = 0
+    # Replica-seconds over the cheapest oracle-frontier point with at least this
+    # attainment (over the highest-attainment point when none reaches it).
+    cost_vs_oracle_at_equal_attainment: float | None = None
+    # Peers and static-N points with at least this attainment for at most this cost.
+    dominated_by: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -102,6 +123,9 @@ class BacktestResult:
     rows: tuple[PolicyResult, ...]
     series: dict[str, PolicySeries]
     wall_s: dict[str, float]  # wall-clock seconds each policy's simulation took
+    attainable_ttft: float | None = None  # share of requests whose prefill alone meets the SLO
+    static_frontier: tuple[FrontierPoint, ...] = ()
+    oracle_frontier: tuple[FrontierPoint, ...] = ()
 
     def row(self, policy: str) -> PolicyResult:
         return next(r for r in self.rows if r.policy == policy)
@@ -130,7 +154,28 @@ class BacktestResult:
                 ),
             },
             "results": [row.as_dict() for row in self.rows],
+            "attainable_ttft": _round(self.attainable_ttft),
+            "static_frontier": [
+                {
+                    "replicas": p.replicas,
+                    "slo_attainment_ttft": _round(p.slo_attainment_ttft),
+                    "replica_seconds": _round(p.replica_seconds),
+                }
+                for p in self.static_frontier
+            ],
+            "oracle_frontier": [
+                {
+                    "target_utilization": p.target_utilization,
+                    "slo_attainment_ttft": _round(p.slo_attainment_ttft),
+                    "replica_seconds": _round(p.replica_seconds),
+                }
+                for p in self.oracle_frontier
+            ],
         }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 ProgressCallback = Callable[[str, int], None]
@@ -209,14 +254,147 @@ def run_backtest(
         _with_ratios(row, oracle_s, static_s)
         for row in sorted(rows, key=lambda r: _order(r.policy))
     ]
+    static_frontier: tuple[FrontierPoint, ...] = ()
+    oracle_frontier: tuple[FrontierPoint, ...] = ()
+    if settings.frontiers:
+        static_frontier, oracle_frontier = _frontiers(trace, ctx, demand, settings, bounds)
+        rows = _compare(rows, static_frontier, oracle_frontier)
     return BacktestResult(
         trace=trace.describe(),
         settings=settings,
         demand=demand,
-        load_unit=cfg.capacity.load_unit,
+        load_unit="requests",
         rows=tuple(rows),
         series=series,
         wall_s=wall_s,
+        attainable_ttft=attainable_share(trace, settings),
+        static_frontier=static_frontier,
+        oracle_frontier=oracle_frontier,
+    )
+
+
+def attainable_share(trace: Trace, settings: BacktestSettings) -> float | None:
+    """Requests whose TTFT meets the SLO with zero queueing: their prefill alone."""
+    met = total = 0
+    limit = settings.ttft_slo_s * settings.replica.prefill_tokens_per_s + 1e-6
+    for batch in trace.batches():
+        total += len(batch)
+        met += int(np.count_nonzero(batch.prompt_tokens <= limit))
+    return met / total if total else None
+
+
+def _frontiers(
+    trace: Trace,
+    ctx: PolicyContext,
+    demand: DemandProfile,
+    settings: BacktestSettings,
+    bounds: Bounds,
+) -> tuple[tuple[FrontierPoint, ...], tuple[FrontierPoint, ...]]:
+    """Every static count from 1 to static peak (a dense subset when there are many), and
+    the clairvoyant oracle at each utilisation target."""
+    peak = max(1, ctx.plan.peak)
+    counts = sorted(
+        {
+            max(1, round(peak ** (i / max(1, settings.static_points - 1))))
+            for i in range(settings.static_points)
+        }
+        | ({*range(1, peak + 1)} if peak <= settings.static_points else set())
+    )
+    look_back_s = ctx.cfg.autoscaling.look_back_period_s
+    statics = []
+    for replicas in counts:
+        row, _ = simulate_policy(
+            StaticPolicy(f"static-{replicas}", replicas),
+            replicas,
+            trace,
+            demand,
+            settings,
+            look_back_s,
+        )
+        statics.append(
+            FrontierPoint(
+                f"static-{replicas}",
+                replicas,
+                None,
+                row.slo_attainment_ttft or 0.0,
+                row.replica_seconds,
+            )
+        )
+    oracles = []
+    for utilization in settings.oracle_utilizations:
+        plan = oracle_plan(
+            demand,
+            settings.replica,
+            utilization,
+            settings.replica.cold_start_s,
+            bounds.min_replicas,
+            bounds.max_replicas,
+        )
+        row, _ = simulate_policy(
+            OraclePolicy(plan), plan.target_at(0.0), trace, demand, settings, look_back_s
+        )
+        oracles.append(
+            FrontierPoint(
+                f"oracle@{utilization:g}",
+                None,
+                utilization,
+                row.slo_attainment_ttft or 0.0,
+                row.replica_seconds,
+            )
+        )
+    return tuple(statics), tuple(oracles)
+
+
+def _compare(
+    rows: list[PolicyResult],
+    static_frontier: Sequence[FrontierPoint],
+    oracle_frontier: Sequence[FrontierPoint],
+) -> list[PolicyResult]:
+    from dataclasses import replace
+
+    measured = [r for r in rows if r.slo_attainment_ttft is not None]
+    out = []
+    for row in rows:
+        attained = row.slo_attainment_ttft
+        if attained is None or row.policy in (WORK_BOUND, "oracle", "static-peak"):
+            out.append(row)
+            continue
+        reaching = [p for p in oracle_frontier if p.slo_attainment_ttft >= attained - 1e-12]
+        reference = (
+            min(reaching, key=lambda p: p.replica_seconds)
+            if reaching
+            else max(oracle_frontier, key=lambda p: p.slo_attainment_ttft, default=None)
+        )
+        ratio = (
+            row.replica_seconds / reference.replica_seconds
+            if reference is not None and reference.replica_seconds > 0
+            else None
+        )
+        dominators = [
+            other.policy
+            for other in measured
+            if other.policy not in (row.policy, "oracle", WORK_BOUND)
+            and _dominates(other.slo_attainment_ttft, other.replica_seconds, row)
+        ] + [
+            p.label
+            for p in static_frontier
+            if _dominates(p.slo_attainment_ttft, p.replica_seconds, row)
+        ]
+        out.append(
+            replace(row, cost_vs_oracle_at_equal_attainment=ratio, dominated_by=tuple(dominators))
+        )
+    return out
+
+
+def _dominates(attainment: float | None, cost_s: float, row: PolicyResult) -> bool:
+    """At least the attainment for at most the cost, better in one of the two."""
+    mine = row.slo_attainment_ttft
+    if attainment is None or mine is None:
+        return False
+    return (
+        attainment >= mine
+        and cost_s <= row.replica_seconds
+        and (attainment > mine or cost_s < row.replica_seconds)
     )
 
 
@@ -250,8 +428,32 @@ def simulate(
     policy = make_policy(name, ctx)
     if wrap is not None:
         policy = wrap(policy)
-    cluster = Cluster(settings.replica, initial_replicas(name, ctx))
-    sensor = SimSensor(cluster, ctx.cfg.name, look_back_s, settings.tick_s)
+    return simulate_policy(
+        policy,
+        initial_replicas(name, ctx),
+        trace,
+        demand,
+        settings,
+        look_back_s,
+        on_progress,
+        ctx.cfg.name,
+    )
+
+
+def simulate_policy(
+    policy: Policy,
+    initial: int,
+    trace: Trace,
+    demand: DemandProfile,
+    settings: BacktestSettings,
+    look_back_s: float,
+    on_progress: ProgressCallback | None = None,
+    deployment: str = "llm/backtest",
+) -> tuple[PolicyResult, PolicySeries]:
+    """Any policy object over the whole trace, starting warm with `initial` replicas."""
+    name = policy.name
+    cluster = Cluster(settings.replica, initial)
+    sensor = SimSensor(cluster, deployment, look_back_s, settings.tick_s)
     targets = array("i")
     costing = array("i")
     forecasts = array("d")

@@ -7,6 +7,7 @@ exit code: 0 ok, 2 bad usage or input (one line on stderr, never a traceback).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import cast
@@ -23,7 +24,7 @@ from rich.progress import (
 )
 
 from autoscalerd.config import ConfigError, DeploymentConfig, load_config
-from autoscalerd.sim.cluster import ReplicaModel
+from autoscalerd.sim.cluster import REPLICA_PRESETS, ReplicaModel
 from autoscalerd.sim.policies import POLICIES
 from autoscalerd.sim.traces import (
     FORMATS,
@@ -110,47 +111,55 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--deployment", metavar="NAME", help="deployment in --config (default: the first listed)"
     )
 
-    model = parser.add_argument_group("simulated replica (defaults: a 70B model on 4 GPUs)")
+    model = parser.add_argument_group(
+        "simulated replica (a preset, each parameter overridable; default preset 70b-4gpu)"
+    )
     defaults = ReplicaModel()
+    model.add_argument(
+        "--replica-model",
+        choices=sorted(REPLICA_PRESETS),
+        default="70b-4gpu",
+        help="replica preset (default 70b-4gpu; the defaults below are that preset's)",
+    )
     model.add_argument(
         "--max-ongoing-requests",
         type=int,
-        default=defaults.max_ongoing_requests,
+        default=None,
         metavar="N",
         help=f"requests one replica holds (default {defaults.max_ongoing_requests})",
     )
     model.add_argument(
         "--prefill-tokens-per-s",
         type=_positive_float,
-        default=defaults.prefill_tokens_per_s,
+        default=None,
         metavar="R",
         help=f"prefill speed, one prefill at a time (default {defaults.prefill_tokens_per_s:g})",
     )
     model.add_argument(
         "--tpot-batch1-s",
         type=_positive_float,
-        default=defaults.tpot_batch1_s,
+        default=None,
         metavar="S",
         help=f"time per output token, one request decoding (default {defaults.tpot_batch1_s:g})",
     )
     model.add_argument(
         "--tpot-full-batch-s",
         type=_positive_float,
-        default=defaults.tpot_full_batch_s,
+        default=None,
         metavar="S",
         help=f"... with a full batch (default {defaults.tpot_full_batch_s:g}); linear between",
     )
     model.add_argument(
         "--cold-start-s",
         type=_non_negative_float,
-        default=defaults.cold_start_s,
+        default=None,
         metavar="S",
         help=f"from asking for a replica to its first request (default {defaults.cold_start_s:g})",
     )
     model.add_argument(
         "--gpus-per-replica",
         type=int,
-        default=defaults.gpus_per_replica,
+        default=None,
         metavar="N",
         help=f"for GPU-seconds (default {defaults.gpus_per_replica})",
     )
@@ -177,6 +186,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument("--plot", metavar="OUT.png", help="write the figure (PNG)")
     out.add_argument("--markdown", metavar="OUT.md", help="write the table as Markdown")
     out.add_argument(
+        "--no-frontier",
+        action="store_true",
+        help="skip the static and oracle frontiers (one simulation per point)",
+    )
+    out.add_argument(
         "--no-progress", action="store_true", help="no progress bar (off anyway without a TTY)"
     )
 
@@ -201,15 +215,21 @@ def _run(args: argparse.Namespace) -> int:
     cfg = _deployment_config(args.config, args.deployment)
     for option in ("json", "plot", "markdown"):
         _check_writable(getattr(args, option), f"--{option}")
-    try:
-        replica = ReplicaModel(
-            max_ongoing_requests=args.max_ongoing_requests,
-            prefill_tokens_per_s=args.prefill_tokens_per_s,
-            tpot_batch1_s=args.tpot_batch1_s,
-            tpot_full_batch_s=args.tpot_full_batch_s,
-            cold_start_s=args.cold_start_s,
-            gpus_per_replica=args.gpus_per_replica,
+    preset = REPLICA_PRESETS[args.replica_model]
+    overrides = {
+        name: getattr(args, name)
+        for name in (
+            "max_ongoing_requests",
+            "prefill_tokens_per_s",
+            "tpot_batch1_s",
+            "tpot_full_batch_s",
+            "cold_start_s",
+            "gpus_per_replica",
         )
+        if getattr(args, name) is not None
+    }
+    try:
+        replica = dataclasses.replace(preset, **overrides)
     except ValueError as exc:
         raise UsageError(f"simulated replica: {exc}") from None
     settings = BacktestSettings(
@@ -217,6 +237,7 @@ def _run(args: argparse.Namespace) -> int:
         tick_s=args.tick_s,
         ttft_slo_s=args.ttft_slo_s,
         oracle_utilization=args.oracle_utilization,
+        frontiers=not args.no_frontier,
     )
     window = TraceWindow(
         start_s=_duration(args.start, "--start"),

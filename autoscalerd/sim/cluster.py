@@ -55,6 +55,13 @@ E2E_BUCKETS_S: tuple[float, ...] = (
     120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
 
+# Bucket bounds of vLLM's request_prompt_tokens histogram (1-2-5 steps): the simulated
+# sensor learns the prompt mix's second moment from these counts, as a real one must.
+PROMPT_TOKEN_BUCKETS: tuple[float, ...] = (
+    1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000,
+    100_000, 200_000, 500_000, 1_000_000,
+)  # fmt: skip
+
 _INF = math.inf
 # `loads` entry of a slot the router must not pick (starting, draining or empty).
 _NOT_ROUTABLE = 1 << 30
@@ -123,6 +130,22 @@ class ReplicaModel:
         )
 
 
+# Named replica models for `autoscalerd backtest --replica-model`; every parameter can
+# still be overridden one by one.
+REPLICA_PRESETS: dict[str, ReplicaModel] = {
+    # A 70B-class model on 4 GPUs (the default).
+    "70b-4gpu": ReplicaModel(),
+    # An 8B-class model on one GPU: more slots, faster prefill and decode, short start.
+    "8b-1gpu": ReplicaModel(
+        max_ongoing_requests=64,
+        prefill_tokens_per_s=40_000.0,
+        tpot_batch1_s=0.010,
+        tpot_full_batch_s=0.025,
+        cold_start_s=30.0,
+        gpus_per_replica=1,
+    ),
+}
+
 _EMPTY, _STARTING, _READY, _DRAINING = -1, 0, 1, 2
 
 
@@ -136,6 +159,7 @@ class Gauges:
     target_replicas: int
     ongoing_requests: int  # at replicas, draining ones included
     queued_requests: int  # at the router
+    decoding_requests: int = 0  # past their first token, at replicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +174,11 @@ class Counters:
     completions: int
     prompt_tokens: int  # prefilled
     output_tokens: int
+    prefilled: int  # requests whose prefill ended
+    prefill_s: float  # time spent in prefill, summed over requests
+    decode_s: float  # time from first token to last, summed over completed requests
+    # Requests per PROMPT_TOKEN_BUCKETS bucket (+Inf last).
+    prompt_token_buckets: tuple[int, ...]
     # Requests per bucket (+Inf last); each count only grows, like a Prometheus histogram.
     ttft_buckets: tuple[int, ...]  # per TTFT_BUCKETS_S bucket
     e2e_buckets: tuple[int, ...]  # per E2E_BUCKETS_S bucket, +Inf last
@@ -218,6 +247,10 @@ class Cluster:
         self.completed = 0
         self._prompt_tokens = 0
         self._output_tokens = 0
+        self._prefilled = 0
+        self._prefill_s = 0.0
+        self._decode_s = 0.0
+        self._prompt_buckets = [0] * (len(PROMPT_TOKEN_BUCKETS) + 1)
         self._ttft_buckets = [0] * (len(TTFT_BUCKETS_S) + 1)
         self._e2e_buckets = [0] * (len(E2E_BUCKETS_S) + 1)
         self._wait_buckets = [0] * (len(TTFT_BUCKETS_S) + 1)
@@ -247,6 +280,7 @@ class Cluster:
             target_replicas=self.target_replicas,
             ongoing_requests=sum(self._ongoing),
             queued_requests=len(self._queue),
+            decoding_requests=sum(len(heap) for heap in self._decoding),
         )
 
     def ongoing_per_replica(self) -> list[int]:
@@ -262,6 +296,10 @@ class Cluster:
             completions=self.completed,
             prompt_tokens=self._prompt_tokens,
             output_tokens=self._output_tokens,
+            prefilled=self._prefilled,
+            prefill_s=self._prefill_s,
+            decode_s=self._decode_s,
+            prompt_token_buckets=tuple(self._prompt_buckets),
             ttft_buckets=tuple(self._ttft_buckets),
             e2e_buckets=tuple(self._e2e_buckets),
             queue_wait_buckets=tuple(self._wait_buckets),
@@ -442,7 +480,9 @@ class Cluster:
         rec_ttft = self._rec_ttft
         rec_done = self._rec_done
         rec_output = self._rec_output
-        prompt_tokens = output_tokens = completions = 0
+        prompt_tokens = output_tokens = completions = prefilled = 0
+        prefill_s = decode_s = 0.0
+        prompt_buckets = self._prompt_buckets
         events = self._events
 
         for position in range(start, stop + 1):
@@ -468,6 +508,9 @@ class Cluster:
                     _, arrival_s, wait_s, prompt, output = waiting.popleft()
                     ttft_s = now_s - arrival_s
                     prompt_tokens += prompt
+                    prefilled += 1
+                    prefill_s += prompt * inv_prefill
+                    prompt_buckets[bisect_left(PROMPT_TOKEN_BUCKETS, prompt)] += 1
                     ttft_buckets[bisect_left(TTFT_BUCKETS_S, ttft_s)] += 1
                     wait_buckets[bisect_left(TTFT_BUCKETS_S, wait_s)] += 1
                     v[slot] = vv
@@ -487,6 +530,7 @@ class Cluster:
                     tpot_s[slot] = tpot_by_batch[batch - 1]
                     completions += 1
                     output_tokens += output
+                    decode_s += now_s - arrival_s - ttft_s
                     e2e_buckets[bisect_left(E2E_BUCKETS_S, now_s - arrival_s)] += 1
                     rec_arrival.append(arrival_s)
                     rec_ttft.append(ttft_s)
@@ -546,6 +590,9 @@ class Cluster:
         self.completed += completions
         self._prompt_tokens += prompt_tokens
         self._output_tokens += output_tokens
+        self._prefilled += prefilled
+        self._prefill_s += prefill_s
+        self._decode_s += decode_s
         if len(rec_arrival) >= 1 << 20:
             self._flush_records()
 

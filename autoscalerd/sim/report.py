@@ -107,9 +107,11 @@ def plot(result: BacktestResult, path: str | Path) -> None:
 
     demand = result.demand
     scale_s, unit = (3600.0, "hours") if demand.duration_s > 3 * 3600 else (60.0, "minutes")
-    figure, (load_ax, replicas_ax, ttft_ax) = plt.subplots(
-        3, 1, figsize=(12, 10), sharex=True, gridspec_kw={"height_ratios": [1, 1.2, 1]}
+    figure, (load_ax, replicas_ax, ttft_ax, frontier_ax) = plt.subplots(
+        4, 1, figsize=(12, 14), gridspec_kw={"height_ratios": [1, 1.2, 1, 1.3]}
     )
+    replicas_ax.sharex(load_ax)
+    ttft_ax.sharex(load_ax)
     name = Path(str(result.trace["path"])).name
     figure.suptitle(f"Backtest of {name} ({demand.requests:,} requests)")
 
@@ -176,11 +178,47 @@ def plot(result: BacktestResult, path: str | Path) -> None:
     ttft_ax.set_ylabel(f"TTFT p99 s ({bin_min:g} min bins)")
     ttft_ax.set_xlabel(unit)
     ttft_ax.legend(loc="upper right", fontsize=8, ncol=2)
-    for ax in (load_ax, replicas_ax, ttft_ax):
+    _frontier_panel(frontier_ax, result)
+    for ax in (load_ax, replicas_ax, ttft_ax, frontier_ax):
         ax.grid(True, alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def _frontier_panel(ax: Any, result: BacktestResult) -> None:
+    """Attainment against cost: the frontiers as lines, the policies as points."""
+    for points, label, colour in (
+        (result.static_frontier, "static N", _COLOURS["static-peak"]),
+        (result.oracle_frontier, "oracle at ρ", _COLOURS["oracle"]),
+    ):
+        if points:
+            ordered = sorted(points, key=lambda p: p.replica_seconds)
+            ax.plot(
+                [p.replica_seconds for p in ordered],
+                [100 * p.slo_attainment_ttft for p in ordered],
+                color=colour,
+                lw=1.0,
+                marker=".",
+                label=label,
+            )
+    for row in result.rows:
+        if row.slo_attainment_ttft is None or row.policy in ("static-peak", "oracle"):
+            continue
+        ax.scatter(
+            [row.replica_seconds],
+            [100 * row.slo_attainment_ttft],
+            color=_COLOURS.get(row.policy, "black"),
+            zorder=3,
+            s=40 if row.policy == "autoscalerd" else 20,
+        )
+        ax.annotate(row.policy, (row.replica_seconds, 100 * row.slo_attainment_ttft), fontsize=8)
+    if result.attainable_ttft is not None:
+        ax.axhline(100 * result.attainable_ttft, color="black", lw=0.6, ls=":", label="attainable")
+    ax.set_xscale("log")
+    ax.set_xlabel("replica-seconds")
+    ax.set_ylabel("TTFT SLO met %")
+    ax.legend(loc="lower right", fontsize=8)
 
 
 def _load_per_request(result: BacktestResult) -> float:

@@ -11,8 +11,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from autoscalerd.model import Observation, Reading
-from autoscalerd.sim.cluster import E2E_BUCKETS_S, TTFT_BUCKETS_S, Cluster, Counters
+from autoscalerd.model import Histogram, Observation, Reading
+from autoscalerd.sense.moments import second_moment
+from autoscalerd.sim.cluster import (
+    E2E_BUCKETS_S,
+    PROMPT_TOKEN_BUCKETS,
+    TTFT_BUCKETS_S,
+    Cluster,
+    Counters,
+)
 
 
 def histogram_quantile(
@@ -80,6 +87,8 @@ class SimSensor:
         # Snapshots of the cumulative counters, one per tick, the oldest `look_back_s` ago.
         self._snapshots: deque[Counters] = deque(maxlen=max(1, round(look_back_s / tick_s)) + 1)
         self._snapshots.append(cluster.counters())
+        # Requests decoding per running replica, one per tick over the same window.
+        self._batches: deque[float] = deque(maxlen=self._snapshots.maxlen)
         self._last_s: float | None = None
 
     def observe(self, now_s: float) -> Observation:
@@ -102,6 +111,18 @@ class SimSensor:
         def reading(value: float | None) -> Reading | None:
             return None if value is None else Reading(value, now_s)
 
+        if gauges.running_replicas:
+            self._batches.append(gauges.decoding_requests / gauges.running_replicas)
+        decoded_tokens = counters.output_tokens - oldest.output_tokens
+        tpot_mean_s = (
+            (counters.decode_s - oldest.decode_s) / decoded_tokens if decoded_tokens > 0 else None
+        )
+        batch_mean = sum(self._batches) / len(self._batches) if self._batches else None
+        waits = tuple(
+            float(a - b)
+            for a, b in zip(counters.queue_wait_buckets, previous.queue_wait_buckets, strict=True)
+        )
+
         return Observation(
             deployment=self._deployment,
             sensed_at_s=now_s,
@@ -110,6 +131,27 @@ class SimSensor:
             completion_rate_per_s=Reading(
                 (counters.completions - previous.completions) * per_s, now_s
             ),
+            max_ongoing_requests=Reading(float(cluster.model.max_ongoing_requests), now_s),
+            prompt_token_rate_per_s=Reading(
+                (counters.prompt_tokens - previous.prompt_tokens) * per_s, now_s
+            ),
+            output_token_rate_per_s=Reading(
+                (counters.output_tokens - previous.output_tokens) * per_s, now_s
+            ),
+            prefill_seconds_per_s=Reading((counters.prefill_s - previous.prefill_s) * per_s, now_s),
+            prefilled_request_rate_per_s=Reading(
+                (counters.prefilled - previous.prefilled) * per_s, now_s
+            ),
+            prompt_tokens_sq_mean=reading(
+                second_moment(
+                    PROMPT_TOKEN_BUCKETS,
+                    counters.prompt_token_buckets,
+                    oldest.prompt_token_buckets,
+                )
+            ),
+            tpot_mean_s=reading(tpot_mean_s),
+            decode_batch_mean=reading(batch_mean if tpot_mean_s is not None else None),
+            queue_wait_histogram=Histogram(TTFT_BUCKETS_S, waits, now_s),
             ongoing_requests=Reading(float(gauges.ongoing_requests), now_s),
             queued_requests=Reading(float(gauges.queued_requests), now_s),
             running_replicas=Reading(float(gauges.running_replicas), now_s),

@@ -335,7 +335,6 @@ def daemon_config(
             "capacity": {
                 "service_rate_per_replica": 2.0,
                 "target_utilization": 0.8,
-                "learn_service_rate": False,
                 "cold_start_s": 5,
                 "actuation_delay_s": 1,
                 "reactive_window_s": 5,

@@ -1,0 +1,81 @@
+"""Stage 1: the fresh inputs of one tick and the arrival rate in its two views.
+
+The short view (the last tick, or `reactive_window_s`) is the scale-up evidence; the mean
+over `look_back_period_s` is the scale-down evidence. Missing input is a gap in the
+window, never a zero, and a tick without a fresh rate has no rate at all: the window's
+older samples were fresh once, and sizing on them now would act on stale data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoscalerd.config import DeploymentConfig
+from autoscalerd.decide import capacity
+from autoscalerd.model import DeploymentState, Observation
+
+# What the platform reports must be fresh too: fresh load next to a stale replica count is
+# not a picture to scale down on.
+_WATCHED = (
+    "arrival_rate_per_s",
+    "ongoing_requests",
+    "queued_requests",
+    "running_replicas",
+    "platform_target_replicas",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    arrival_rate_per_s: float | None  # this tick
+    rate_obs_per_s: float | None  # mean over look_back_period_s
+    rate_short_per_s: float | None  # mean over reactive_window_s (0: this tick)
+    ongoing: float | None
+    queued: float | None
+    stale: tuple[str, ...]  # inputs the sensor knows of but that are too old
+    fresh: bool  # the primary input is fresh and nothing watched is stale
+    fresh_since_s: float | None
+    last_arrival_at_s: float | None
+    rate_samples: tuple[tuple[float, float], ...]
+
+
+def observe(obs: Observation, state: DeploymentState, cfg: DeploymentConfig, now_s: float) -> Rates:
+    a = cfg.autoscaling
+    max_age_s = cfg.max_metric_age_s
+    arrivals = obs.fresh("arrival_rate_per_s", now_s, max_age_s)
+    ongoing = obs.fresh("ongoing_requests", now_s, max_age_s)
+    queued = obs.fresh("queued_requests", now_s, max_age_s)
+    stale = tuple(
+        name
+        for name in _WATCHED
+        if getattr(obs, name) is not None and obs.fresh(name, now_s, max_age_s) is None
+    )
+    samples = state.rate_samples
+    if arrivals is not None:
+        samples = (*samples, (now_s, arrivals))
+    samples = capacity.window(
+        samples, now_s, max(a.look_back_period_s, cfg.capacity.reactive_window_s)
+    )
+    rate_obs = capacity.mean_rate(samples, now_s, a.look_back_period_s)
+    rate_short = capacity.mean_rate(samples, now_s, cfg.capacity.reactive_window_s)
+    if arrivals is None:
+        rate_obs = rate_short = None
+    last_arrival_at_s = state.last_arrival_at_s
+    if (arrivals or 0.0) > 0 or (ongoing or 0.0) + (queued or 0.0) > 0:
+        last_arrival_at_s = now_s
+    fresh = arrivals is not None and not stale
+    fresh_since_s = (
+        (state.fresh_since_s if state.fresh_since_s is not None else now_s) if fresh else None
+    )
+    return Rates(
+        arrival_rate_per_s=arrivals,
+        rate_obs_per_s=rate_obs,
+        rate_short_per_s=rate_short,
+        ongoing=ongoing,
+        queued=queued,
+        stale=stale,
+        fresh=fresh,
+        fresh_since_s=fresh_since_s,
+        last_arrival_at_s=last_arrival_at_s,
+        rate_samples=samples,
+    )

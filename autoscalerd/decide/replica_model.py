@@ -1,0 +1,312 @@
+"""Stage 2: the model of one replica, learned online from what the sensors see.
+
+A replica of an LLM server has two resources a request needs in turn (ARCHITECTURE.md
+§Decide v2): the prefill engine, which turns prompt tokens into a first token at
+`prefill_tokens_per_s`, and a slot (`max_ongoing_requests` of them), held from admission
+to the last output token, each token taking `tpot(b)` with b requests decoding. What
+traffic costs is the token mix: E[prompt], E[prompt²] and E[output].
+
+Every estimate is a ratio of exponentially forgotten sums, seeded with the configured
+prior as a pseudo-observation of small weight, so that a prior that is wrong by 2x is
+outvoted within seconds of traffic and the estimate follows slow drift:
+
+- prefill_tokens_per_s = Σ prompt tokens / Σ prefill seconds (vLLM's prompt-token counter
+  and the sum of its prefill-time histogram);
+- tpot(b) = a + s·(b − 1): weighted least squares of the mean time per output token
+  against the mean decode batch per replica, with the prior's two ends (b = 1 and b =
+  slots) as pseudo-points, so a load that never varies moves the level, not the slope;
+- the token mix from the prompt/output counters per request and the prompt-length
+  histogram's second moment;
+- the slot time by Little's law (ongoing / completions), which needs no vLLM metrics: the
+  model of a plain Serve deployment.
+
+Pure: `learn(model, inputs, cfg, now_s) -> model`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from autoscalerd.config import ReplicaModelConfig
+
+if TYPE_CHECKING:
+    from autoscalerd.model import Observation
+
+# Weight of a prior, in the unit of its sums: one second of prefill, two ticks of decode
+# timing, one request of token mix. Small on purpose: the prior only has to carry the
+# model until traffic is seen.
+_PRIOR_PREFILL_S = 1.0
+_PRIOR_TPOT_WEIGHT = 2.0
+_PRIOR_REQUESTS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Sums:
+    """Exponentially forgotten sums of one estimator, and its raw sample count and age."""
+
+    values: tuple[float, ...]
+    samples: int = 0
+    updated_at_s: float | None = None
+
+    def decayed(self, now_s: float, memory_s: float) -> tuple[float, ...]:
+        if self.updated_at_s is None or now_s <= self.updated_at_s:
+            return self.values
+        keep = math.exp(-(now_s - self.updated_at_s) / memory_s)
+        return tuple(v * keep for v in self.values)
+
+    def add(self, now_s: float, memory_s: float, *deltas: float) -> Sums:
+        values = self.decayed(now_s, memory_s)
+        return Sums(
+            tuple(v + d for v, d in zip(values, deltas, strict=True)), self.samples + 1, now_s
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaModelState:
+    """The learned sums, carried in DeploymentState. Empty until the first learn()."""
+
+    prefill: Sums | None = None  # (prompt tokens, prefill seconds)
+    tpot: Sums | None = None  # (w, w·b, w·y, w·b², w·b·y) with b = batch − 1
+    prompt: Sums | None = None  # (requests, prompt tokens)
+    prompt_sq: Sums | None = None  # (weight, weight·E[prompt²])
+    output: Sums | None = None  # (requests, output tokens)
+    little: Sums | None = None  # (completions, ongoing·seconds) per replica
+    slots: float | None = None
+    slots_at_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """One parameter of the model with its evidence: how many samples, how old."""
+
+    name: str
+    value: float
+    samples: int
+    age_s: float | None  # None: still the prior
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    """The model as the sizing stage uses it."""
+
+    slots: int
+    prefill_tokens_per_s: float | None  # None: no token metrics (plain Serve)
+    tpot_batch1_s: float
+    tpot_slope_s: float  # added per extra request decoding
+    prompt_tokens_mean: float
+    prompt_tokens_sq_mean: float
+    output_tokens_mean: float
+    slot_time_observed_s: float | None  # Little's law, at the load seen
+    estimates: tuple[Estimate, ...]
+
+    def tpot_s(self, batch: float) -> float:
+        return self.tpot_batch1_s + self.tpot_slope_s * max(0.0, batch - 1.0)
+
+    @property
+    def prefill_s(self) -> float | None:
+        """Mean prefill time of one request."""
+        if self.prefill_tokens_per_s is None:
+            return None
+        return self.prompt_tokens_mean / self.prefill_tokens_per_s
+
+    @property
+    def slot_time_s(self) -> float:
+        """How long a request holds a slot with a full batch decoding."""
+        if self.prefill_tokens_per_s is None and self.slot_time_observed_s is not None:
+            return self.slot_time_observed_s
+        return (self.prefill_s or 0.0) + self.output_tokens_mean * self.tpot_s(self.slots)
+
+    def service_rate_per_s(self) -> float:
+        """μ: requests/s one replica sustains at full load, the tighter of its two limits."""
+        by_slots = self.slots / self.slot_time_s if self.slot_time_s > 0 else math.inf
+        prefill_s = self.prefill_s
+        by_prefill = 1.0 / prefill_s if prefill_s else math.inf
+        return min(by_slots, by_prefill)
+
+
+def _fresh(obs: Observation, name: str, now_s: float, max_age_s: float) -> float | None:
+    return obs.fresh(name, now_s, max_age_s)
+
+
+def learn(
+    state: ReplicaModelState,
+    obs: Observation,
+    cfg: ReplicaModelConfig,
+    now_s: float,
+    tick_s: float,
+    max_age_s: float,
+) -> ReplicaModelState:
+    """Fold this tick's readings into the sums. Missing readings change nothing."""
+    if not cfg.learn:
+        return state
+
+    def fresh(name: str) -> float | None:
+        return _fresh(obs, name, now_s, max_age_s)
+
+    hw_s, mix_s = cfg.hardware_memory_s, cfg.mix_memory_s
+    changes: dict[str, object] = {}
+    slots = fresh("max_ongoing_requests")
+    if slots is not None and slots >= 1:
+        changes["slots"] = float(slots)
+        changes["slots_at_s"] = now_s
+    prompt_rate = fresh("prompt_token_rate_per_s")
+    prefill_rate = fresh("prefill_seconds_per_s")
+    prefilled_rate = fresh("prefilled_request_rate_per_s")
+    if prompt_rate is not None and prefill_rate is not None and prefill_rate > 0:
+        prior = Sums((cfg.prefill_tokens_per_s * _PRIOR_PREFILL_S, _PRIOR_PREFILL_S))
+        changes["prefill"] = (state.prefill or prior).add(
+            now_s, hw_s, prompt_rate * tick_s, prefill_rate * tick_s
+        )
+    if prompt_rate is not None and prefilled_rate is not None and prefilled_rate > 0:
+        changes["prompt"] = _seed(state.prompt, _PRIOR_REQUESTS, cfg.prompt_tokens).add(
+            now_s, mix_s, prefilled_rate * tick_s, prompt_rate * tick_s
+        )
+        square = fresh("prompt_tokens_sq_mean")
+        if square is not None:
+            weight = prefilled_rate * tick_s
+            changes["prompt_sq"] = _seed(
+                state.prompt_sq, _PRIOR_REQUESTS, 2.0 * cfg.prompt_tokens**2
+            ).add(now_s, mix_s, weight, weight * square)
+    completions = fresh("completion_rate_per_s")
+    output_rate = fresh("output_token_rate_per_s")
+    if completions is not None and completions > 0 and output_rate is not None:
+        changes["output"] = _seed(state.output, _PRIOR_REQUESTS, cfg.output_tokens).add(
+            now_s, mix_s, completions * tick_s, output_rate * tick_s
+        )
+    tpot = fresh("tpot_mean_s")
+    batch = fresh("decode_batch_mean")
+    if tpot is not None and batch is not None and tpot > 0 and batch > 0:
+        x = max(0.0, batch - 1.0)
+        changes["tpot"] = _seed_tpot(state.tpot, cfg, _slots(state, cfg)).add(
+            now_s, hw_s, 1.0, x, tpot, x * x, x * tpot
+        )
+    ongoing = fresh("ongoing_requests")
+    running = fresh("running_replicas")
+    if completions is not None and ongoing is not None and running:
+        # Little's law: L = λ·W, summed so that quiet ticks weigh nothing.
+        changes["little"] = _seed(state.little, 0.0, 0.0).add(
+            now_s, mix_s, completions * tick_s, ongoing * tick_s
+        )
+    return replace(state, **changes) if changes else state  # type: ignore[arg-type]
+
+
+def view(state: ReplicaModelState, cfg: ReplicaModelConfig, now_s: float) -> ReplicaView:
+    """The model's current parameters, from the sums (or the priors where there are none)."""
+    slots = _slots(state, cfg)
+    hw_s, mix_s = cfg.hardware_memory_s, cfg.mix_memory_s
+    estimates: list[Estimate] = [
+        Estimate("slots", float(slots), 1 if state.slots else 0, _age(state.slots_at_s, now_s))
+    ]
+
+    prefill_per_s: float | None = None
+    if state.prefill is not None:
+        tokens, seconds = state.prefill.decayed(now_s, hw_s)
+        prefill_per_s = tokens / seconds if seconds > 0 else cfg.prefill_tokens_per_s
+    estimates.append(
+        _estimate(
+            "prefill_tokens_per_s", prefill_per_s or cfg.prefill_tokens_per_s, state.prefill, now_s
+        )
+    )
+
+    tpot_sums = state.tpot if state.tpot is not None else _seed_tpot(None, cfg, slots)
+    batch1_s, slope_s = _fit_tpot(tpot_sums.decayed(now_s, hw_s), cfg, slots)
+    estimates.append(_estimate("tpot_batch1_s", batch1_s, state.tpot, now_s))
+    estimates.append(_estimate("tpot_slope_s", slope_s, state.tpot, now_s))
+
+    prompt_mean = _ratio(state.prompt, now_s, mix_s, cfg.prompt_tokens)
+    # A prompt mix of constant length has E[p²] = E[p]²: never below that.
+    prompt_sq = max(
+        prompt_mean**2, _ratio(state.prompt_sq, now_s, mix_s, 2.0 * cfg.prompt_tokens**2)
+    )
+    output_mean = _ratio(state.output, now_s, mix_s, cfg.output_tokens)
+    estimates.append(_estimate("prompt_tokens_mean", prompt_mean, state.prompt, now_s))
+    estimates.append(_estimate("prompt_tokens_sq_mean", prompt_sq, state.prompt_sq, now_s))
+    estimates.append(_estimate("output_tokens_mean", output_mean, state.output, now_s))
+
+    slot_time_s: float | None = None
+    if state.little is not None:
+        done, ongoing_s = state.little.decayed(now_s, mix_s)
+        if done >= 1.0:
+            slot_time_s = ongoing_s / done
+            estimates.append(_estimate("slot_time_observed_s", slot_time_s, state.little, now_s))
+    return ReplicaView(
+        slots=slots,
+        prefill_tokens_per_s=prefill_per_s,
+        tpot_batch1_s=batch1_s,
+        tpot_slope_s=slope_s,
+        prompt_tokens_mean=prompt_mean,
+        prompt_tokens_sq_mean=prompt_sq,
+        output_tokens_mean=output_mean,
+        slot_time_observed_s=slot_time_s,
+        estimates=tuple(estimates),
+    )
+
+
+def _slots(state: ReplicaModelState, cfg: ReplicaModelConfig) -> int:
+    return int(state.slots) if state.slots else cfg.max_ongoing_requests
+
+
+def _seed(sums: Sums | None, weight: float, value: float) -> Sums:
+    """The sums, or a prior pseudo-observation of `weight` at `value` (per unit weight)."""
+    if sums is not None:
+        return sums
+    return Sums((weight, weight * value) if weight else (0.0, 0.0))
+
+
+def _seed_tpot(sums: Sums | None, cfg: ReplicaModelConfig, slots: int) -> Sums:
+    if sums is not None:
+        return sums
+    w = _PRIOR_TPOT_WEIGHT / 2.0
+    x_full = float(max(0, slots - 1))
+    y1, y_full = cfg.tpot_batch1_s, cfg.tpot_full_batch_s
+    return Sums(
+        (
+            2 * w,
+            w * x_full,
+            w * (y1 + y_full),
+            w * x_full * x_full,
+            w * x_full * y_full,
+        )
+    )
+
+
+def _fit_tpot(sums: tuple[float, ...], cfg: ReplicaModelConfig, slots: int) -> tuple[float, float]:
+    """Weighted least squares of tpot = a + s·(b − 1); s ≥ 0, a > 0."""
+    w, sx, sy, sxx, sxy = sums
+    if w <= 0:
+        return cfg.tpot_batch1_s, _prior_slope(cfg, slots)
+    mean_x, mean_y = sx / w, sy / w
+    var_x = sxx / w - mean_x * mean_x
+    slope = (sxy / w - mean_x * mean_y) / var_x if var_x > 1e-9 else _prior_slope(cfg, slots)
+    slope = max(0.0, slope)
+    intercept = mean_y - slope * mean_x
+    if intercept <= 0:
+        # The data say tpot barely depends on the batch near where it was seen: keep the
+        # level there and let the line be flat rather than cross zero.
+        intercept, slope = max(mean_y, 1e-6), 0.0
+    return intercept, slope
+
+
+def _prior_slope(cfg: ReplicaModelConfig, slots: int) -> float:
+    if slots <= 1:
+        return 0.0
+    return (cfg.tpot_full_batch_s - cfg.tpot_batch1_s) / (slots - 1)
+
+
+def _ratio(sums: Sums | None, now_s: float, memory_s: float, prior: float) -> float:
+    if sums is None:
+        return prior
+    weight, total = sums.decayed(now_s, memory_s)
+    return total / weight if weight > 0 else prior
+
+
+def _age(at_s: float | None, now_s: float) -> float | None:
+    return None if at_s is None else max(0.0, now_s - at_s)
+
+
+def _estimate(name: str, value: float, sums: Sums | None, now_s: float) -> Estimate:
+    if sums is None:
+        return Estimate(name, value, 0, None)
+    return Estimate(name, value, sums.samples, _age(sums.updated_at_s, now_s))

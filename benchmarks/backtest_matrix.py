@@ -1,0 +1,141 @@
+"""Every development trace x every replica preset, with config/backtest.yaml unchanged.
+
+Prints, per trace and preset: autoscalerd's TTFT attainment, the attainable share, its
+cost against the oracle frontier at equal attainment, the peers and static-N points that
+dominate it (none is the goal), and the best peer. `--sensitivity` adds the table of the
+replica-model priors x0.5 and x2 and the cold start x0.5 and x2.
+
+    .venv/bin/python benchmarks/backtest_matrix.py [--traces DIR] [--sensitivity]
+
+The traces are those of ../shared/traces (or --traces DIR); the 2024 week is replayed
+for its first `--week-duration` (default 6h), its token lengths drawn from the 2023 file.
+One simulation per policy and per frontier point: minutes per trace on one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from autoscalerd.config import DeploymentConfig, load_config
+from autoscalerd.sim.backtest import BacktestSettings, run_backtest
+from autoscalerd.sim.cluster import REPLICA_PRESETS
+from autoscalerd.sim.traces import EmpiricalTokens, LognormalTokens, TraceWindow, open_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+PEERS = ["autoscalerd", "ray-serve", "hpa", "kpa"]
+
+
+def traces(directory: Path, week_duration_s: float) -> list[tuple[str, Path, TraceWindow, str]]:
+    return [
+        ("azure-2023-code", directory / "azure_llm_2023_code.csv", TraceWindow(), "own"),
+        (
+            "azure-2024-week",
+            directory / "azure_llm_2024_code_10s_counts.csv",
+            TraceWindow(duration_s=week_duration_s),
+            "2023",
+        ),
+        ("mooncake", directory / "mooncake_fast25_synthetic.jsonl", TraceWindow(), "own"),
+        (
+            "worldcup98",
+            directory / "worldcup98_may_per_minute_20rps.csv",
+            TraceWindow(duration_s=week_duration_s),
+            "lognormal",
+        ),
+    ]
+
+
+def run_one(
+    name: str, path: Path, window: TraceWindow, tokens: str, cfg: DeploymentConfig,
+    settings: BacktestSettings, directory: Path,
+) -> dict[str, object]:  # fmt: skip
+    sampler = None
+    if tokens == "2023":
+        sampler = EmpiricalTokens.from_trace(open_trace(directory / "azure_llm_2023_code.csv"))
+    elif tokens == "lognormal":
+        sampler = LognormalTokens(2048, 1.0, 28, 2.0)
+    trace = open_trace(str(path), None, window, sampler)
+    result = run_backtest(trace, PEERS, cfg, settings)
+    ours = result.row("autoscalerd")
+    peers = [r for r in result.rows if r.policy in PEERS[1:]]
+    best = max(peers, key=lambda r: (r.slo_attainment_ttft or 0.0, -r.replica_seconds))
+    attainable = result.attainable_ttft or 0.0
+    return {
+        "trace": name,
+        "attained": ours.slo_attainment_ttft or 0.0,
+        "attainable": attainable,
+        "share_of_attainable": (ours.slo_attainment_ttft or 0.0) / attainable
+        if attainable
+        else None,
+        "cost_vs_oracle_eq": ours.cost_vs_oracle_at_equal_attainment,
+        "cost_vs_static_peak": ours.cost_vs_static_peak,
+        "dominated_by": ",".join(ours.dominated_by) or "-",
+        "best_peer": f"{best.policy} {100 * (best.slo_attainment_ttft or 0):.2f}% "
+        f"x{best.cost_vs_oracle_at_equal_attainment or 0:.2f}",
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces")
+    parser.add_argument("--config", type=Path, default=ROOT / "config" / "backtest.yaml")
+    parser.add_argument("--week-duration", type=float, default=6 * 3600.0, metavar="S")
+    parser.add_argument("--only", nargs="*", help="trace names to run")
+    parser.add_argument("--presets", nargs="*", default=sorted(REPLICA_PRESETS))
+    parser.add_argument("--sensitivity", action="store_true")
+    args = parser.parse_args()
+    config = load_config(args.config)
+    base_cfg = config.deployments[0] if config.deployments else config.deployment("llm/backtest")
+    header = (
+        f"{'trace':<16} {'preset':<9} {'variant':<14} {'attained':>9} {'attainable':>10} "
+        f"{'share':>7} {'x oracle=':>9} {'x static':>8}  dominated_by / best peer"
+    )
+    print(header)
+    variants: list[tuple[str, float, float]] = [("as shipped", 1.0, 1.0)]
+    if args.sensitivity:
+        variants += [("priors x0.5", 0.5, 1.0), ("priors x2", 2.0, 1.0)]
+        variants += [("cold start x0.5", 1.0, 0.5), ("cold start x2", 1.0, 2.0)]
+    for name, path, window, tokens in traces(args.traces, args.week_duration):
+        if args.only and name not in args.only:
+            continue
+        for preset in args.presets:
+            for label, prior_x, cold_x in variants:
+                replica = REPLICA_PRESETS[preset]
+                replica = dataclasses.replace(replica, cold_start_s=replica.cold_start_s * cold_x)
+                priors = base_cfg.replica_model
+                cfg = base_cfg.model_copy(
+                    update={
+                        "replica_model": priors.model_copy(
+                            update={
+                                "prefill_tokens_per_s": priors.prefill_tokens_per_s * prior_x,
+                                "tpot_batch1_s": priors.tpot_batch1_s * prior_x,
+                                "tpot_full_batch_s": priors.tpot_full_batch_s * prior_x,
+                            }
+                        ),
+                        # The operator states the replica's start time; nothing else.
+                        "capacity": base_cfg.capacity.model_copy(
+                            update={"cold_start_s": replica.cold_start_s}
+                        ),
+                    }
+                )
+                row = run_one(
+                    name, path, window, tokens, cfg, BacktestSettings(replica=replica), args.traces
+                )
+                share = row["share_of_attainable"]
+                ratio = row["cost_vs_oracle_eq"]
+                print(
+                    f"{name:<16} {preset:<9} {label:<14} {100 * float(row['attained']):>8.2f}% "  # type: ignore[arg-type]
+                    f"{100 * float(row['attainable']):>9.2f}% "  # type: ignore[arg-type]
+                    f"{'-' if share is None else f'{100 * float(share):.1f}%':>7} "  # type: ignore[arg-type]
+                    f"{'-' if ratio is None else f'{float(ratio):.2f}':>9} "  # type: ignore[arg-type]
+                    f"{float(row['cost_vs_static_peak'] or 0):>8.2f}  "  # type: ignore[arg-type]
+                    f"{row['dominated_by']} / {row['best_peer']}",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The stages of decide v2 one by one: hand-computed cases and online learning."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from autoscalerd.config import DeploymentConfig, ReplicaModelConfig
+from autoscalerd.decide import burstiness, replica_model, sizing, slo_guard
+from autoscalerd.decide.policy import decide, initial_state
+from autoscalerd.model import Histogram
+from autoscalerd.sim.cluster import Cluster, ReplicaModel
+from autoscalerd.sim.sensor import SimSensor
+from autoscalerd.sim.traces import RequestBatch
+
+
+def view(**changes: float) -> replica_model.ReplicaView:
+    base = {
+        "slots": 10,
+        "prefill_tokens_per_s": 1000.0,
+        "tpot_batch1_s": 0.01,
+        "tpot_slope_s": 0.0,
+        "prompt_tokens_mean": 100.0,
+        "prompt_tokens_sq_mean": 20_000.0,  # E[p²] = 2·E[p]²: exponential-like lengths
+        "output_tokens_mean": 0.0,
+        "slot_time_observed_s": None,
+        "estimates": (),
+    }
+    base.update(changes)
+    return replica_model.ReplicaView(**base)  # type: ignore[arg-type]
+
+
+def test_prefill_queue_tail_is_pollaczek_khinchine_by_hand() -> None:
+    # λ = 5/s on one replica, S = 0.1 s, E[S²] = 0.02 s²: ρ = 0.5, E[W] = 5·0.02/(2·0.5)
+    # = 0.1 s, P(W > 0.5 s) = 0.5·exp(−0.5·0.5/0.1) = 0.0410. The slots (a = 5·0.2 = 1 of
+    # 10, β = 9) add nothing.
+    inputs = sizing.SizingInputs(5.0, 1.0, 1.0, 0.5, 0.05)
+    tail, rho, _, fits = sizing.predicted_tail(view(), inputs, 1)
+    assert rho == pytest.approx(0.5)
+    assert tail == pytest.approx(0.5 * math.exp(-2.5), rel=1e-9)
+    assert fits
+    # Two replicas: ρ = 0.25, E[W] = 2.5·0.02/1.5, tail = 0.25·exp(−3.75) = 0.0059.
+    tail2, _, _, _ = sizing.predicted_tail(view(), inputs, 2)
+    assert tail2 == pytest.approx(0.25 * math.exp(-3.75), rel=1e-9)
+    assert sizing.size(view(), inputs, 10).replicas == 1
+    strict = sizing.SizingInputs(5.0, 1.0, 1.0, 0.5, 0.01)
+    sized = sizing.size(view(), strict, 10)
+    assert sized.replicas == 2 and sized.binding == "prefill"
+
+
+def test_decode_bound_traffic_fills_every_slot_not_target_ongoing_requests() -> None:
+    """Long outputs: 32 slots, each request holds one for 300 x 60 ms = 18 s. 10 req/s
+    offer a = 180 slots; square-root staffing asks a + O(√a), about 7 replicas; Ray's rule
+    at target_ongoing_requests = 12 would ask 15."""
+    model = view(
+        slots=32, prefill_tokens_per_s=16_000.0, prompt_tokens_mean=1000.0,
+        prompt_tokens_sq_mean=2e6, output_tokens_mean=300.0, tpot_batch1_s=0.06,
+    )  # fmt: skip
+    sized = sizing.size(model, sizing.SizingInputs(10.0, 1.2, 1.0, 0.9, 0.01), 64)
+    assert sized.binding == "slots"
+    assert 6 <= sized.replicas <= 8
+    assert sized.replicas < math.ceil(10.0 * 18.06 / 12)
+
+
+def test_burst_term_sizes_for_the_measured_peak() -> None:
+    # 40x the mean in one tick: 200 requests of 0.1 s prefill = 20 s of prefill work
+    # to finish within 1 + 0.5 s: 14 replicas.
+    sized = sizing.size(view(), sizing.SizingInputs(5.0, 40.0, 1.0, 0.5, 0.05), 64)
+    assert sized.replicas == math.ceil(200 * 0.1 / 1.5)
+    assert sized.binding == "burst"
+
+
+def test_halfin_whitt_limits() -> None:
+    assert sizing._halfin_whitt(0.0) == 1.0
+    assert sizing._halfin_whitt(1.0) == pytest.approx(0.2234, abs=1e-3)
+    assert sizing._halfin_whitt(9.0) == 0.0
+
+
+def test_burstiness_reads_poisson_near_one_and_clumps_high() -> None:
+    rng = np.random.default_rng(1)
+    smooth = burstiness.BurstState()
+    clumped = burstiness.BurstState()
+    for tick in range(1, 1801):
+        smooth = burstiness.observe(smooth, float(rng.poisson(30)), 1.0, float(tick))
+        # The same mean, all of it in one second of every 30.
+        clumped = burstiness.observe(clumped, 900.0 if tick % 30 == 0 else 0.0, 1.0, float(tick))
+    assert burstiness.peak_to_mean(smooth, 0.01, 30.0, 1.0) < 1.6
+    assert burstiness.peak_to_mean(clumped, 0.01, 30.0, 1.0) > 15
+
+
+@pytest.mark.parametrize("prior_factor", [0.5, 2.0])
+def test_a_wrong_prior_is_corrected_online(prior_factor: float) -> None:
+    truth = ReplicaModel(max_ongoing_requests=32, prefill_tokens_per_s=16_000.0)
+    cfg = ReplicaModelConfig(
+        prefill_tokens_per_s=16_000.0 * prior_factor,
+        tpot_batch1_s=0.030 * prior_factor,
+        tpot_full_batch_s=0.060 * prior_factor,
+        prompt_tokens=2000 * prior_factor,
+        output_tokens=100 * prior_factor,
+    )
+    rng = np.random.default_rng(0)
+    arrivals = np.cumsum(rng.exponential(1 / 20.0, 6000))
+    batch = RequestBatch(
+        arrivals, rng.integers(200, 1800, arrivals.size), rng.integers(10, 90, arrivals.size)
+    )
+    cluster = Cluster(truth, initial_replicas=3)
+    sensor = SimSensor(cluster, "llm", 30.0, 1.0)
+    state = replica_model.ReplicaModelState()
+
+    def on_tick(now_s: float) -> None:
+        nonlocal state
+        state = replica_model.learn(state, sensor.observe(now_s), cfg, now_s, 1.0, 5.0)
+
+    cluster.run([batch], 1.0, float(arrivals[-1]), on_tick)
+    learned = replica_model.view(state, cfg, float(arrivals[-1]))
+    assert learned.slots == 32
+    assert learned.prefill_tokens_per_s == pytest.approx(16_000.0, rel=0.01)
+    assert learned.prompt_tokens_mean == pytest.approx(1000.0, rel=0.05)
+    assert learned.output_tokens_mean == pytest.approx(50.0, rel=0.1)
+    # Where the load put the batch, the line is right; elsewhere the prior's slope fades.
+    batch = 6.0
+    assert learned.tpot_s(batch) == pytest.approx(truth.tpot_s(int(batch)), rel=0.2)
+    prefill = next(e for e in learned.estimates if e.name == "prefill_tokens_per_s")
+    assert prefill.samples > 100 and prefill.age_s is not None and prefill.age_s < 5
+
+
+def test_guard_counts_the_wait_not_the_prefill_and_moves_headroom_once_per_lead_time() -> None:
+    bounds = (0.1, 0.5, 1.0, 5.0)
+    slow = Histogram(bounds, (0.0, 0.0, 0.0, 100.0, 0.0), 0.0)  # every wait 1-5 s
+    state = slo_guard.GuardState()
+    factors = []
+    for tick in range(1, 200):
+        state, verdict = slo_guard.update(state, slow, 0.5, 0.01, 300.0, 3600.0, 90.0, float(tick))
+        factors.append(verdict.tail_factor)
+        assert verdict.blocks_scale_down
+    assert verdict.burn_fast == pytest.approx(100.0, rel=1e-6)
+    assert factors[0] == 0.5 and factors[89] == 0.5 and factors[90] == 0.25
+    assert min(factors) >= slo_guard.HEADROOM_MIN
+    # A default budget of TTFT less the mean prefill, never under half the TTFT.
+    assert slo_guard.wait_budget_s(None, 1.0, 0.128) == pytest.approx(0.872)
+    assert slo_guard.wait_budget_s(None, 1.0, 0.9) == 0.5
+
+
+def test_every_decision_carries_the_models_estimates_with_samples_and_age() -> None:
+    cfg = DeploymentConfig(name="llm", slo={"ttft_s": 1.0})  # type: ignore[arg-type]
+    from autoscalerd.model import Observation, Reading
+
+    obs = Observation(
+        "llm", 1.0, arrival_rate_per_s=Reading(2.0, 1.0), ongoing_requests=Reading(1.0, 1.0)
+    )
+    decision, _ = decide(obs, initial_state(cfg, 0.0, 1), cfg, 1.0)
+    names = {name for name, *_ in decision.replica_model}
+    assert {"slots", "prefill_tokens_per_s", "tpot_batch1_s", "prompt_tokens_mean"} <= names
+    assert decision.as_dict()["replica_model"]["slots"]["samples"] == 0  # still the prior
+    assert decision.wait_budget_s is not None and decision.tail_share == pytest.approx(0.01)
