@@ -86,8 +86,8 @@ def test_burstiness_reads_poisson_near_one_and_clumps_high() -> None:
         smooth = burstiness.observe(smooth, float(rng.poisson(30)), 1.0, float(tick))
         # The same mean, all of it in one second of every 30.
         clumped = burstiness.observe(clumped, 900.0 if tick % 30 == 0 else 0.0, 1.0, float(tick))
-    assert burstiness.peak_to_mean(smooth, 0.01, 30.0, 1.0) < 1.6
-    assert burstiness.peak_to_mean(clumped, 0.01, 30.0, 1.0) > 15
+    assert burstiness.peak_to_mean(smooth, 0.01, 30.0, 1.0, 1800.0) < 1.6
+    assert burstiness.peak_to_mean(clumped, 0.01, 30.0, 1.0, 1800.0) > 15
 
 
 @pytest.mark.parametrize("prior_factor", [0.5, 2.0])
@@ -114,7 +114,7 @@ def test_a_wrong_prior_is_corrected_online(prior_factor: float) -> None:
         state = replica_model.learn(state, sensor.observe(now_s), cfg, now_s, 1.0, 5.0)
 
     cluster.run([batch], 1.0, float(arrivals[-1]), on_tick)
-    learned = replica_model.view(state, cfg, float(arrivals[-1]))
+    learned = replica_model.view(state, cfg, float(arrivals[-1]), 1.0)
     assert learned.slots == 32
     assert learned.prefill_tokens_per_s == pytest.approx(16_000.0, rel=0.01)
     assert learned.prompt_tokens_mean == pytest.approx(1000.0, rel=0.05)

@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
+from statistics import NormalDist
+
+from autoscalerd.decide.forgetting import Sums
 
 # Ratio bins: 1.25^k for k = 0..40 covers 1 to about 7,500; below 1 is one bin.
 _BIN_BASE = 1.25
@@ -32,46 +36,41 @@ MIN_REQUESTS = 50.0
 @dataclass(frozen=True, slots=True)
 class BurstState:
     level_per_s: float | None = None
-    # Request-weighted counts per ratio bin, and when they were last forgotten.
-    weights: tuple[float, ...] = ()
-    updated_at_s: float | None = None
-
-    @property
-    def requests(self) -> float:
-        return float(sum(self.weights))
+    # Requests per ratio bin, forgotten over MEMORY_S; None until the first request.
+    weights: Sums | None = None
 
 
 def observe(state: BurstState, arrivals: float, tick_s: float, now_s: float) -> BurstState:
     """Fold one tick's arrival count in."""
     rate_per_s = arrivals / tick_s if tick_s > 0 else 0.0
     level = state.level_per_s
-    weights = list(state.weights) if state.weights else [0.0] * _BINS
-    if state.updated_at_s is not None and now_s > state.updated_at_s:
-        keep = math.exp(-(now_s - state.updated_at_s) / MEMORY_S)
-        weights = [w * keep for w in weights]
     if level is None:
         level = rate_per_s
     else:
         alpha = 1.0 - math.exp(-tick_s / LEVEL_MEMORY_S)
         level = level + alpha * (rate_per_s - level)
+    weights = state.weights
     if arrivals > 0 and level > 0:
-        ratio = rate_per_s / level
-        weights[_bin(ratio)] += arrivals
-    return BurstState(level_per_s=level, weights=tuple(weights), updated_at_s=now_s)
+        deltas = [0.0] * _BINS
+        deltas[_bin(rate_per_s / level)] = arrivals
+        weights = (weights or Sums((0.0,) * _BINS)).add(now_s, MEMORY_S, *deltas)
+    return BurstState(level_per_s=level, weights=weights)
 
 
-def peak_to_mean(state: BurstState, share: float, rate_per_s: float, tick_s: float) -> float:
+def peak_to_mean(
+    state: BurstState, share: float, rate_per_s: float, tick_s: float, now_s: float
+) -> float:
     """The ratio that all but `share` of requests arrive at or below (≥ 1).
 
     Until enough requests have been seen, the Poisson value at `rate_per_s`.
     """
-    poisson = _poisson_ratio(share, rate_per_s * tick_s)
-    total = state.requests
+    weights = state.weights.decayed(now_s, MEMORY_S) if state.weights is not None else ()
+    total = sum(weights)
     if total < MIN_REQUESTS:
-        return poisson
+        return _poisson_ratio(share, rate_per_s * tick_s)
     above = 0.0
-    for index in range(len(state.weights) - 1, -1, -1):
-        above += state.weights[index]
+    for index in range(len(weights) - 1, -1, -1):
+        above += weights[index]
         if above / total > share:
             return max(1.0, _upper(index))
     return 1.0
@@ -96,13 +95,6 @@ def _poisson_ratio(share: float, mean_count: float) -> float:
     return 1.0 + z / math.sqrt(mean_count) + 1.0 / mean_count
 
 
+@lru_cache(maxsize=64)
 def _normal_quantile(p: float) -> float:
-    """Φ⁻¹(p) by bisection on erf: exact enough, and only at the few p a config gives."""
-    low, high = -10.0, 10.0
-    for _ in range(60):
-        mid = 0.5 * (low + high)
-        if 0.5 * (1.0 + math.erf(mid / math.sqrt(2.0))) < p:
-            low = mid
-        else:
-            high = mid
-    return 0.5 * (low + high)
+    return NormalDist().inv_cdf(p)

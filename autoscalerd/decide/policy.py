@@ -89,8 +89,9 @@ def decide(
     model_state = replica_model.learn(
         state.replica_model, obs, cfg.replica_model, now_s, tick_s, max_age_s
     )
-    model = replica_model.view(model_state, cfg.replica_model, now_s)
-    model = _with_fallback_service_rate(model, cfg)
+    model = replica_model.view(
+        model_state, cfg.replica_model, now_s, cfg.capacity.service_rate_per_replica
+    )
     capacity_factor = capacity.derate(
         obs.fresh("kv_cache_usage_ratio", now_s, max_age_s),
         obs.fresh("gpu_health_ratio", now_s, max_age_s),
@@ -134,7 +135,9 @@ def decide(
     breached = _slo_breaches(obs, budget_s, cfg, now_s)
 
     # 4. Size: the smallest count whose predicted wait tail meets the target.
-    peak_to_mean = burstiness.peak_to_mean(burst_state, tail_share, rate_target or 0.0, tick_s)
+    peak_to_mean = burstiness.peak_to_mean(
+        burst_state, tail_share, rate_target or 0.0, tick_s, now_s
+    )
     backlog_replicas = 0
     if r.queued:
         backlog_replicas = capacity.replicas_for_backlog(
@@ -326,16 +329,6 @@ def _finish(
     if target != current:
         next_state = next_state.with_(target_replicas=target, last_action_at_s=now_s)
     return decision, next_state
-
-
-def _with_fallback_service_rate(
-    model: replica_model.ReplicaView, cfg: DeploymentConfig
-) -> replica_model.ReplicaView:
-    """A deployment with neither token metrics nor completions seen yet: its slot time from
-    the configured fallback μ (slots / μ), so the first sizing is not a guess of zero."""
-    if model.prefill_tokens_per_s is not None or model.slot_time_observed_s is not None:
-        return model
-    return replace(model, slot_time_observed_s=model.slots / cfg.capacity.service_rate_per_replica)
 
 
 def _slo_breaches(

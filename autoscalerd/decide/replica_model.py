@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from autoscalerd.config import ReplicaModelConfig
+from autoscalerd.decide.forgetting import Sums
 
 if TYPE_CHECKING:
     from autoscalerd.model import Observation
@@ -40,27 +41,6 @@ if TYPE_CHECKING:
 _PRIOR_PREFILL_S = 1.0
 _PRIOR_TPOT_WEIGHT = 2.0
 _PRIOR_REQUESTS = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Sums:
-    """Exponentially forgotten sums of one estimator, and its raw sample count and age."""
-
-    values: tuple[float, ...]
-    samples: int = 0
-    updated_at_s: float | None = None
-
-    def decayed(self, now_s: float, memory_s: float) -> tuple[float, ...]:
-        if self.updated_at_s is None or now_s <= self.updated_at_s:
-            return self.values
-        keep = math.exp(-(now_s - self.updated_at_s) / memory_s)
-        return tuple(v * keep for v in self.values)
-
-    def add(self, now_s: float, memory_s: float, *deltas: float) -> Sums:
-        values = self.decayed(now_s, memory_s)
-        return Sums(
-            tuple(v + d for v, d in zip(values, deltas, strict=True)), self.samples + 1, now_s
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +106,6 @@ class ReplicaView:
         return min(by_slots, by_prefill)
 
 
-def _fresh(obs: Observation, name: str, now_s: float, max_age_s: float) -> float | None:
-    return obs.fresh(name, now_s, max_age_s)
-
-
 def learn(
     state: ReplicaModelState,
     obs: Observation,
@@ -143,7 +119,7 @@ def learn(
         return state
 
     def fresh(name: str) -> float | None:
-        return _fresh(obs, name, now_s, max_age_s)
+        return obs.fresh(name, now_s, max_age_s)
 
     hw_s, mix_s = cfg.hardware_memory_s, cfg.mix_memory_s
     changes: dict[str, object] = {}
@@ -192,8 +168,18 @@ def learn(
     return replace(state, **changes) if changes else state  # type: ignore[arg-type]
 
 
-def view(state: ReplicaModelState, cfg: ReplicaModelConfig, now_s: float) -> ReplicaView:
-    """The model's current parameters, from the sums (or the priors where there are none)."""
+def view(
+    state: ReplicaModelState,
+    cfg: ReplicaModelConfig,
+    now_s: float,
+    fallback_service_rate_per_s: float,
+) -> ReplicaView:
+    """The model's current parameters, from the sums (or the priors where there are none).
+
+    A deployment with neither token metrics nor completions seen yet gets its slot time
+    from `fallback_service_rate_per_s` (slots / μ), so its first sizing is not a guess of
+    zero.
+    """
     slots = _slots(state, cfg)
     hw_s, mix_s = cfg.hardware_memory_s, cfg.mix_memory_s
     estimates: list[Estimate] = [
@@ -231,6 +217,8 @@ def view(state: ReplicaModelState, cfg: ReplicaModelConfig, now_s: float) -> Rep
         if done >= 1.0:
             slot_time_s = ongoing_s / done
             estimates.append(_estimate("slot_time_observed_s", slot_time_s, state.little, now_s))
+    if prefill_per_s is None and slot_time_s is None:
+        slot_time_s = slots / fallback_service_rate_per_s
     return ReplicaView(
         slots=slots,
         prefill_tokens_per_s=prefill_per_s,

@@ -32,11 +32,12 @@ everything else is the learned model. Pure.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from statistics import NormalDist
 
 from autoscalerd.decide.replica_model import ReplicaView
 
-_SQRT_2PI = math.sqrt(2.0 * math.pi)
+_NORMAL = NormalDist()
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,10 +158,7 @@ def _binding(model: ReplicaView, inputs: SizingInputs, replicas: int) -> str:
     if replicas <= 1:
         return "minimum"
     below = replicas - 1
-    no_burst = SizingInputs(
-        inputs.arrival_rate_per_s, 0.0, inputs.tick_s, inputs.wait_budget_s, inputs.tail_share,
-        inputs.capacity_factor,
-    )  # fmt: skip
+    no_burst = replace(inputs, peak_to_mean=0.0)
     tail, rho, utilization, fits = predicted_tail(model, no_burst, below)
     if fits and tail <= inputs.tail_share:
         return "burst"
@@ -175,6 +173,4 @@ def _halfin_whitt(beta: float) -> float:
         return 1.0
     if beta > 8.0:
         return 0.0
-    phi = math.exp(-0.5 * beta * beta) / _SQRT_2PI
-    big_phi = 0.5 * (1.0 + math.erf(beta / math.sqrt(2.0)))
-    return 1.0 / (1.0 + beta * big_phi / phi)
+    return 1.0 / (1.0 + beta * _NORMAL.cdf(beta) / _NORMAL.pdf(beta))

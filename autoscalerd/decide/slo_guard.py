@@ -24,9 +24,10 @@ Pure: `update(state, histogram, ...) -> (state, verdict)`.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from autoscalerd.decide.forgetting import Sums
 
 if TYPE_CHECKING:
     from autoscalerd.model import Histogram
@@ -42,13 +43,12 @@ _MIN_REQUESTS = 20.0
 
 @dataclass(frozen=True, slots=True)
 class GuardState:
-    # (requests, bad requests), exponentially weighted, per window.
-    fast: tuple[float, float] = (0.0, 0.0)
-    slow: tuple[float, float] = (0.0, 0.0)
+    # (requests, bad requests), forgotten over each window.
+    fast: Sums = field(default_factory=lambda: Sums((0.0, 0.0)))
+    slow: Sums = field(default_factory=lambda: Sums((0.0, 0.0)))
     # Multiplies the tail share the sizing aims at; < 1 is more headroom.
     tail_factor: float = 1.0
     adjusted_at_s: float | None = None
-    updated_at_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,16 +82,12 @@ def update(
     now_s: float,
 ) -> tuple[GuardState, GuardVerdict]:
     fast, slow = state.fast, state.slow
-    if state.updated_at_s is not None and now_s > state.updated_at_s:
-        elapsed_s = now_s - state.updated_at_s
-        fast = _decay(fast, elapsed_s, fast_window_s)
-        slow = _decay(slow, elapsed_s, slow_window_s)
     if waits is not None and budget_s is not None and waits.total > 0:
         bad = waits.count_above(budget_s)
-        fast = (fast[0] + waits.total, fast[1] + bad)
-        slow = (slow[0] + waits.total, slow[1] + bad)
-    burn_fast = _burn(fast, share)
-    burn_slow = _burn(slow, share)
+        fast = fast.add(now_s, fast_window_s, waits.total, bad)
+        slow = slow.add(now_s, slow_window_s, waits.total, bad)
+    burn_fast = _burn(fast.decayed(now_s, fast_window_s), share)
+    burn_slow = _burn(slow.decayed(now_s, slow_window_s), share)
     factor = state.tail_factor
     adjusted: str | None = None
     due = state.adjusted_at_s is None or now_s - state.adjusted_at_s >= max(lead_time_s, 1.0)
@@ -100,13 +96,11 @@ def update(
             factor, adjusted = max(HEADROOM_MIN, factor * _TIGHTEN), "tighten"
         elif burn_fast < 0.5 and burn_slow < 0.5 and factor < HEADROOM_MAX:
             factor, adjusted = min(HEADROOM_MAX, factor * _RELAX), "relax"
-    next_state = replace(
-        state,
+    next_state = GuardState(
         fast=fast,
         slow=slow,
         tail_factor=factor,
         adjusted_at_s=now_s if adjusted else state.adjusted_at_s,
-        updated_at_s=now_s,
     )
     verdict = GuardVerdict(
         burn_fast=burn_fast,
@@ -118,12 +112,7 @@ def update(
     return next_state, verdict
 
 
-def _decay(window: tuple[float, float], elapsed_s: float, window_s: float) -> tuple[float, float]:
-    keep = math.exp(-elapsed_s / window_s)
-    return window[0] * keep, window[1] * keep
-
-
-def _burn(window: tuple[float, float], share: float) -> float | None:
+def _burn(window: tuple[float, ...], share: float) -> float | None:
     requests, bad = window
     if requests < _MIN_REQUESTS or share <= 0:
         return None
