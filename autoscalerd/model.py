@@ -120,8 +120,9 @@ class Reason(str, enum.Enum):
     CAPACITY = "capacity"  # the replica model's sizing drove the raw count
     CONCURRENCY = "concurrency"  # Ray Serve's ongoing/target rule drove the raw count
     BURST = "burst"  # the measured burstiness at the SLO's time scale set the count
-    HEADROOM_TIGHTENED = "headroom_tightened"  # the error budget burned: more headroom
-    HEADROOM_RELAXED = "headroom_relaxed"  # the error budget is barely used: less headroom
+    HEADROOM_TIGHTENED = "headroom_tightened"  # more bad requests seen than the model said
+    HEADROOM_RELAXED = "headroom_relaxed"  # fewer bad requests seen than the model said
+    MODEL_MISMATCH = "model_mismatch"  # observed and predicted waits disagree beyond bounds
     BACKLOG = "backlog"  # queued requests added replicas
     FORECAST_LEADS = "forecast_leads"  # the forecast, not the observed rate, set λ_target
     SLO_BREACH = "slo_breach"  # a latency or queue SLO was exceeded
@@ -178,6 +179,7 @@ class Decision:
     tail_share: float | None = None  # ε the sizing aimed at (error budget x headroom)
     burn_rate_fast: float | None = None
     burn_rate_slow: float | None = None
+    model_calibration: float | None = None  # observed / predicted bad; sizing aims at ε / it
     # (name, value, samples, age_s or None for a prior) per replica-model parameter.
     replica_model: tuple[tuple[str, float, int, float | None], ...] = ()
 

@@ -20,7 +20,12 @@ import sys
 from pathlib import Path
 
 from autoscalerd.config import DeploymentConfig, load_config
-from autoscalerd.sim.backtest import BacktestSettings, run_backtest
+from autoscalerd.sim.backtest import (
+    BacktestResult,
+    BacktestSettings,
+    compare_with_frontiers,
+    run_backtest,
+)
 from autoscalerd.sim.cluster import REPLICA_PRESETS
 from autoscalerd.sim.traces import EmpiricalTokens, LognormalTokens, TraceWindow, open_trace
 
@@ -49,17 +54,31 @@ def traces(directory: Path, week_duration_s: float) -> list[tuple[str, Path, Tra
 
 def run_one(
     name: str, path: Path, window: TraceWindow, tokens: str, cfg: DeploymentConfig,
-    settings: BacktestSettings, directory: Path,
-) -> dict[str, object]:  # fmt: skip
+    settings: BacktestSettings, directory: Path, reference: BacktestResult | None = None,
+) -> tuple[dict[str, object], BacktestResult]:  # fmt: skip
+    """One trace under one setting. With `reference` (the same trace, replica and cold
+    start, other priors), the peers and frontiers are taken from it: they do not depend
+    on autoscalerd's priors, and each costs a simulation."""
     sampler = None
     if tokens == "2023":
         sampler = EmpiricalTokens.from_trace(open_trace(directory / "azure_llm_2023_code.csv"))
     elif tokens == "lognormal":
         sampler = LognormalTokens(2048, 1.0, 28, 2.0)
     trace = open_trace(str(path), None, window, sampler)
-    result = run_backtest(trace, PEERS, cfg, settings)
-    ours = result.row("autoscalerd")
-    peers = [r for r in result.rows if r.policy in PEERS[1:]]
+    if reference is None:
+        result = run_backtest(trace, PEERS, cfg, settings)
+        ours = result.row("autoscalerd")
+        peers = [r for r in result.rows if r.policy in PEERS[1:]]
+    else:
+        result = run_backtest(
+            trace, ["autoscalerd"], cfg, dataclasses.replace(settings, frontiers=False)
+        )
+        peers = [r for r in reference.rows if r.policy in PEERS[1:]]
+        ours = compare_with_frontiers(
+            [result.row("autoscalerd"), *peers],
+            reference.static_frontier,
+            reference.oracle_frontier,
+        )[0]
     best = max(peers, key=lambda r: (r.slo_attainment_ttft or 0.0, -r.replica_seconds))
     attainable = result.attainable_ttft or 0.0
     return {
@@ -74,7 +93,7 @@ def run_one(
         "dominated_by": ",".join(ours.dominated_by) or "-",
         "best_peer": f"{best.policy} {100 * (best.slo_attainment_ttft or 0):.2f}% "
         f"x{best.cost_vs_oracle_at_equal_attainment or 0:.2f}",
-    }
+    }, result
 
 
 def main() -> int:
@@ -101,6 +120,7 @@ def main() -> int:
         if args.only and name not in args.only:
             continue
         for preset in args.presets:
+            shipped: BacktestResult | None = None
             for label, prior_x, cold_x in variants:
                 replica = REPLICA_PRESETS[preset]
                 replica = dataclasses.replace(replica, cold_start_s=replica.cold_start_s * cold_x)
@@ -112,6 +132,8 @@ def main() -> int:
                                 "prefill_tokens_per_s": priors.prefill_tokens_per_s * prior_x,
                                 "tpot_batch1_s": priors.tpot_batch1_s * prior_x,
                                 "tpot_full_batch_s": priors.tpot_full_batch_s * prior_x,
+                                "prompt_tokens": priors.prompt_tokens * prior_x,
+                                "output_tokens": priors.output_tokens * prior_x,
                             }
                         ),
                         # The operator states the replica's start time; nothing else.
@@ -120,9 +142,18 @@ def main() -> int:
                         ),
                     }
                 )
-                row = run_one(
-                    name, path, window, tokens, cfg, BacktestSettings(replica=replica), args.traces
+                row, result = run_one(
+                    name,
+                    path,
+                    window,
+                    tokens,
+                    cfg,
+                    BacktestSettings(replica=replica),
+                    args.traces,
+                    reference=shipped if cold_x == 1.0 else None,
                 )
+                if label == "as shipped":
+                    shipped = result
                 share = row["share_of_attainable"]
                 ratio = row["cost_vs_oracle_eq"]
                 print(

@@ -126,18 +126,36 @@ def test_a_wrong_prior_is_corrected_online(prior_factor: float) -> None:
     assert prefill.samples > 100 and prefill.age_s is not None and prefill.age_s < 5
 
 
-def test_guard_counts_the_wait_not_the_prefill_and_moves_headroom_once_per_lead_time() -> None:
-    bounds = (0.1, 0.5, 1.0, 5.0)
-    slow = Histogram(bounds, (0.0, 0.0, 0.0, 100.0, 0.0), 0.0)  # every wait 1-5 s
+def waits_over(bad: float, total: float = 100.0) -> Histogram:
+    """`total` waits, `bad` of them 1-5 s (over a 0.5 s budget), the rest under 0.1 s."""
+    return Histogram((0.1, 0.5, 1.0, 5.0), (total - bad, 0.0, 0.0, bad, 0.0), 0.0)
+
+
+def run_guard(bad: float, predicted_share: float, ticks: int) -> slo_guard.GuardVerdict:
     state = slo_guard.GuardState()
-    factors = []
-    for tick in range(1, 200):
-        state, verdict = slo_guard.update(state, slow, 0.5, 0.01, 300.0, 3600.0, 90.0, float(tick))
-        factors.append(verdict.tail_factor)
-        assert verdict.blocks_scale_down
-    assert verdict.burn_fast == pytest.approx(100.0, rel=1e-6)
-    assert factors[0] == 0.5 and factors[89] == 0.5 and factors[90] == 0.25
-    assert min(factors) >= slo_guard.HEADROOM_MIN
+    for tick in range(1, ticks + 1):
+        state, verdict = slo_guard.update(
+            state, waits_over(bad), 0.5, predicted_share, 0.01, 300.0, 3600.0, float(tick)
+        )
+    return verdict
+
+
+def test_guard_calibrates_the_model_by_observed_over_predicted_bad_requests() -> None:
+    # The model right: 1 % predicted, 1 % seen; the budget burns at exactly 1.
+    right = run_guard(bad=1.0, predicted_share=0.01, ticks=1000)
+    assert right.calibration == pytest.approx(1.0)
+    assert right.burn_fast == pytest.approx(1.0) and not right.mismatch
+    # The model pessimistic (4 % predicted, 0.5 % seen): both sums forget alike, so after
+    # 1000 ticks the calibration is (0.5·S + 3) / (4·S + 3) with S = Σ e^(−k/3600).
+    decayed = sum(math.exp(-k / 3600.0) for k in range(1000))
+    pessimistic = run_guard(bad=0.5, predicted_share=0.04, ticks=1000)
+    expected = (0.5 * decayed + 3.0) / (4.0 * decayed + 3.0)
+    assert pessimistic.calibration == pytest.approx(expected, rel=1e-6)
+    assert not pessimistic.blocks_scale_down
+    # Every wait over budget where the model saw 1 %: bounded, a mismatch, no scale-down.
+    fire = run_guard(bad=100.0, predicted_share=0.01, ticks=200)
+    assert fire.calibration == slo_guard.CALIBRATION_MAX and fire.mismatch
+    assert fire.burn_fast == pytest.approx(100.0, rel=1e-6) and fire.blocks_scale_down
     # A default budget of TTFT less the mean prefill, never under half the TTFT.
     assert slo_guard.wait_budget_s(None, 1.0, 0.128) == pytest.approx(0.872)
     assert slo_guard.wait_budget_s(None, 1.0, 0.9) == 0.5

@@ -64,6 +64,9 @@ def refit_forecaster(
     return state.with_(forecaster=holt_winters.install_fit(state.forecaster, model, now_s))
 
 
+# The calibration is reported in a decision's reasons beyond this factor either way.
+_CALIBRATION_REPORTED = 1.5
+
 # Without any latency SLO configured, requests may wait this long: the common TTFT SLO of
 # interactive LLM serving.
 DEFAULT_WAIT_BUDGET_S = 1.0
@@ -117,21 +120,32 @@ def decide(
     waits = obs.queue_wait_histogram
     if waits is not None and waits.age_s(now_s) > max_age_s:
         waits = None
+    # What the model predicts for the replicas running now: the guard compares it with
+    # what the waits say, and calibrates the sizing's tail share.
+    running = obs.fresh("running_replicas", now_s, max_age_s)
+    predicted_share: float | None = None
+    if running and r.rate_obs_per_s is not None and cfg.capacity.sizing == "model":
+        now_inputs = sizing.SizingInputs(
+            r.rate_obs_per_s, 0.0, tick_s, budget_s, share, capacity_factor
+        )
+        predicted_share = sizing.predicted_tail(model, now_inputs, int(running))[0]
     guard_state, verdict = slo_guard.update(
         state.guard,
         waits,
         budget_s,
+        predicted_share,
         share,
         slo.burn_fast_window_s,
         slo.burn_slow_window_s,
-        forecasting.lead_time_s(cfg),
         now_s,
     )
-    if verdict.adjusted == "tighten":
+    if verdict.calibration > _CALIBRATION_REPORTED:
         reasons.append(Reason.HEADROOM_TIGHTENED)
-    elif verdict.adjusted == "relax":
+    elif verdict.calibration < 1.0 / _CALIBRATION_REPORTED:
         reasons.append(Reason.HEADROOM_RELAXED)
-    tail_share = share * verdict.tail_factor
+    if verdict.mismatch:
+        reasons.append(Reason.MODEL_MISMATCH)
+    tail_share = share / verdict.calibration
     breached = _slo_breaches(obs, budget_s, cfg, now_s)
 
     # 4. Size: the smallest count whose predicted wait tail meets the target.
@@ -145,6 +159,10 @@ def decide(
         )
         if backlog_replicas:
             reasons.append(Reason.BACKLOG)
+
+    # Bursts are a ratio over the level: the forecast's upper bound, or the smoothed rate
+    # the ratio was measured against when the forecast is lower or absent.
+    burst_level_per_s = _max_known(upper_per_s, burst_state.level_per_s)
 
     def size_for(rate_per_s: float | None) -> sizing.Sizing | None:
         if rate_per_s is None:
@@ -162,6 +180,7 @@ def decide(
             wait_budget_s=budget_s,
             tail_share=tail_share,
             capacity_factor=capacity_factor,
+            level_per_s=burst_level_per_s,
         )
         return sizing.size(model, inputs, a.max_replicas)
 
@@ -180,13 +199,18 @@ def decide(
     if sized_up is not None:
         reasons.append(Reason.BURST if sized_up.binding == "burst" else Reason.CAPACITY)
 
-    # The guard's immediate rule: the wait is over its budget and the budget burns fast.
-    # One step per landing: while replicas asked for earlier are still starting, the wait
-    # cannot have improved yet.
-    guarded = bool(breached) or verdict.blocks_scale_down
-    if breached and (verdict.burn_fast or 0.0) > 2.0:
+    # A model that reality says is too optimistic by more than the calibration's bound is
+    # not trusted to scale down.
+    optimistic = verdict.mismatch and verdict.calibration >= slo_guard.CALIBRATION_MAX
+    guarded = bool(breached) or verdict.blocks_scale_down or optimistic
+    # The guard's immediate rule, for what the model does not explain: the wait is over
+    # its budget, the budget burns fast, and yet the model finds the current count enough.
+    # Where the model already asks for more, the sizing is on its way and a step on top
+    # would only chase a transient. One step per landing: while replicas asked for earlier
+    # are still starting, the wait cannot have improved yet.
+    unexplained = replicas_capacity is not None and replicas_capacity <= current
+    if breached and unexplained and (verdict.burn_fast or 0.0) > 2.0:
         reasons.append(Reason.SLO_BREACH)
-        running = obs.fresh("running_replicas", now_s, max_age_s)
         landing = running is not None and running < current
         step_floor = current if landing else current + 1
         replicas_raw = max(replicas_raw if replicas_raw is not None else 0, step_floor)
@@ -221,6 +245,7 @@ def decide(
         tail_share=tail_share,
         burn_rate_fast=verdict.burn_fast,
         burn_rate_slow=verdict.burn_slow,
+        model_calibration=verdict.calibration,
         replica_model=tuple((e.name, e.value, e.samples, e.age_s) for e in model.estimates),
     )
     next_state = state.with_(

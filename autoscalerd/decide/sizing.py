@@ -48,6 +48,9 @@ class SizingInputs:
     wait_budget_s: float
     tail_share: float  # ε: the share of requests allowed to wait past the budget
     capacity_factor: float = 1.0  # < 1 when replicas are derated (KV cache, GPU health)
+    # The level the peak-to-mean ratio is relative to (the forecast's upper bound or the
+    # smoothed rate, not one tick's rate, which may already be a peak); None: the rate.
+    level_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +96,8 @@ def predicted_tail(
         wait_probability = _halfin_whitt(beta)
         tail += wait_probability * math.exp(-(servers - offered) * budget_s / slot_s)
     # Bursts: one tick's requests at the peak-to-mean ratio.
-    burst = inputs.peak_to_mean * lam * inputs.tick_s / replicas
+    level_per_s = lam if inputs.level_per_s is None else inputs.level_per_s
+    burst = inputs.peak_to_mean * level_per_s * inputs.tick_s / replicas
     fits = True
     if prefill_s is not None:
         fits = burst * prefill_s / factor <= inputs.tick_s + budget_s

@@ -9,16 +9,18 @@ queue time, Serve's router fulfilment time), never from raw TTFT.
 Those counts make an error budget: with attainment target A, a share ε = 1 − A of
 requests may be bad. Burn rate = bad share / ε over two windows (exponentially weighted,
 `burn_fast_window_s` and `burn_slow_window_s`, 5 min and 1 h by default, as SRE practice
-pages on). The guard turns them into the sizing's headroom, a factor on the tail share
-the sizing aims at, bounded to [1/16, 2] and moved at most once per lead time (the time a
-change takes to show):
+pages on). While the fast window burns above 1, no scale-down.
 
-- both windows burning faster than the budget allows (fast > 2, slow > 1): tighten, the
-  tail share is halved;
-- both well under (fast and slow < 0.5): relax by 25 %, back towards what the model
-  alone asks, and beyond it up to 2x where the model is measured conservative.
-
-While the fast window burns above 1 the guard also blocks scale-down.
+The same counts calibrate the replica model. Each tick the sizing's queueing formulas
+predict the share of requests that should be over the budget at the replicas actually
+running; over the slow window, observed bad / predicted bad is the model's calibration
+(with a few pseudo-events on each side, so that it starts at 1 and moves only on
+evidence). The sizing then aims at ε / calibration: a model that predicts 4 % where 0.5 %
+is seen (heavy-tailed prompts behind a least-loaded router) is trusted for the shape of
+the tail in R but not for its level, and a model that misses bursts it cannot see gets
+the headroom the observations ask for. The calibration is bounded to [1/16, 16]; at a
+bound the model and reality disagree by more than the model can be trusted for, and the
+decision says so (`model_mismatch`) and does not scale down on the model's word.
 Pure: `update(state, histogram, ...) -> (state, verdict)`.
 """
 
@@ -32,10 +34,11 @@ from autoscalerd.decide.forgetting import Sums
 if TYPE_CHECKING:
     from autoscalerd.model import Histogram
 
-HEADROOM_MIN = 1.0 / 16.0
-HEADROOM_MAX = 2.0
-_TIGHTEN = 0.5
-_RELAX = 1.25
+CALIBRATION_MIN = 1.0 / 16.0
+CALIBRATION_MAX = 16.0
+# Pseudo-events on both sides of the calibration: it moves once a few bad requests were
+# predicted or seen, not on the first one.
+_PSEUDO_BAD = 3.0
 # Requests a window must hold before its burn rate counts: below, one bad request in a
 # quiet hour would read as a fire.
 _MIN_REQUESTS = 20.0
@@ -46,17 +49,16 @@ class GuardState:
     # (requests, bad requests), forgotten over each window.
     fast: Sums = field(default_factory=lambda: Sums((0.0, 0.0)))
     slow: Sums = field(default_factory=lambda: Sums((0.0, 0.0)))
-    # Multiplies the tail share the sizing aims at; < 1 is more headroom.
-    tail_factor: float = 1.0
-    adjusted_at_s: float | None = None
+    # Bad requests the model predicted at the replicas running, over the slow window.
+    predicted: Sums = field(default_factory=lambda: Sums((0.0,)))
 
 
 @dataclass(frozen=True, slots=True)
 class GuardVerdict:
     burn_fast: float | None
     burn_slow: float | None
-    tail_factor: float
-    adjusted: str | None  # "tighten" / "relax" when the factor moved this tick
+    calibration: float  # observed bad / predicted bad; the sizing aims at ε / this
+    mismatch: bool  # the calibration is at a bound
     blocks_scale_down: bool
 
 
@@ -75,41 +77,33 @@ def update(
     state: GuardState,
     waits: Histogram | None,
     budget_s: float | None,
+    predicted_share: float | None,
     share: float,
     fast_window_s: float,
     slow_window_s: float,
-    lead_time_s: float,
     now_s: float,
 ) -> tuple[GuardState, GuardVerdict]:
-    fast, slow = state.fast, state.slow
+    """Fold in this tick's waits and the model's predicted share over budget for them."""
+    fast, slow, predicted = state.fast, state.slow, state.predicted
     if waits is not None and budget_s is not None and waits.total > 0:
         bad = waits.count_above(budget_s)
         fast = fast.add(now_s, fast_window_s, waits.total, bad)
         slow = slow.add(now_s, slow_window_s, waits.total, bad)
+        if predicted_share is not None:
+            predicted = predicted.add(now_s, slow_window_s, waits.total * predicted_share)
+    slow_now = slow.decayed(now_s, slow_window_s)
     burn_fast = _burn(fast.decayed(now_s, fast_window_s), share)
-    burn_slow = _burn(slow.decayed(now_s, slow_window_s), share)
-    factor = state.tail_factor
-    adjusted: str | None = None
-    due = state.adjusted_at_s is None or now_s - state.adjusted_at_s >= max(lead_time_s, 1.0)
-    if due and burn_fast is not None and burn_slow is not None:
-        if burn_fast > 2.0 and burn_slow > 1.0 and factor > HEADROOM_MIN:
-            factor, adjusted = max(HEADROOM_MIN, factor * _TIGHTEN), "tighten"
-        elif burn_fast < 0.5 and burn_slow < 0.5 and factor < HEADROOM_MAX:
-            factor, adjusted = min(HEADROOM_MAX, factor * _RELAX), "relax"
-    next_state = GuardState(
-        fast=fast,
-        slow=slow,
-        tail_factor=factor,
-        adjusted_at_s=now_s if adjusted else state.adjusted_at_s,
-    )
+    burn_slow = _burn(slow_now, share)
+    raw = (slow_now[1] + _PSEUDO_BAD) / (predicted.decayed(now_s, slow_window_s)[0] + _PSEUDO_BAD)
+    calibration = min(CALIBRATION_MAX, max(CALIBRATION_MIN, raw))
     verdict = GuardVerdict(
         burn_fast=burn_fast,
         burn_slow=burn_slow,
-        tail_factor=factor,
-        adjusted=adjusted,
+        calibration=calibration,
+        mismatch=raw <= CALIBRATION_MIN or raw >= CALIBRATION_MAX,
         blocks_scale_down=burn_fast is not None and burn_fast > 1.0,
     )
-    return next_state, verdict
+    return GuardState(fast=fast, slow=slow, predicted=predicted), verdict
 
 
 def _burn(window: tuple[float, ...], share: float) -> float | None:

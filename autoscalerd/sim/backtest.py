@@ -56,7 +56,20 @@ class BacktestSettings:
     # peak (at most `static_points` of them) and the oracle at these utilisations.
     frontiers: bool = True
     static_points: int = 12
-    oracle_utilizations: tuple[float, ...] = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+    oracle_utilizations: tuple[float, ...] = (
+        0.05,
+        0.1,
+        0.15,
+        0.2,
+        0.3,
+        0.4,
+        0.5,
+        0.6,
+        0.7,
+        0.8,
+        0.9,
+        0.95,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +271,7 @@ def run_backtest(
     oracle_frontier: tuple[FrontierPoint, ...] = ()
     if settings.frontiers:
         static_frontier, oracle_frontier = _frontiers(trace, ctx, demand, settings, bounds)
-        rows = _compare(rows, static_frontier, oracle_frontier)
+        rows = compare_with_frontiers(rows, static_frontier, oracle_frontier)
     return BacktestResult(
         trace=trace.describe(),
         settings=settings,
@@ -345,7 +358,7 @@ def _frontiers(
     return tuple(statics), tuple(oracles)
 
 
-def _compare(
+def compare_with_frontiers(
     rows: list[PolicyResult],
     static_frontier: Sequence[FrontierPoint],
     oracle_frontier: Sequence[FrontierPoint],
