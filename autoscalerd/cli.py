@@ -110,6 +110,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
+def bound_warnings(config: Config, path: str) -> list[str]:
+    """Ray-compatible deployments whose replica bounds come from Ray's defaults.
+
+    A pasted `autoscaling_config` without max_replicas runs at most one replica, as it did
+    in Ray (whose default is 1): legal, and rarely what was meant.
+    """
+    lines = []
+    for index, deployment in enumerate(config.deployments):
+        if deployment.mode != "ray-compatible":
+            continue
+        missing = [
+            name
+            for name in ("min_replicas", "max_replicas")
+            if name not in deployment.autoscaling.model_fields_set
+        ]
+        if missing:
+            lines.append(
+                f"{path}: warning: deployments[{index}].autoscaling_config: "
+                f"{' and '.join(missing)} not set, so Ray's default applies (min 1, max 1); "
+                "set them to the bounds you mean"
+            )
+    return lines
+
+
 def _check_config(path: str) -> int:
     config = load_config(path)
     # Plugins named in the config must exist too: a typo there is a config error.
@@ -129,6 +153,8 @@ def _check_config(path: str) -> int:
                 )
     if problems:
         raise ConfigError(problems)
+    for line in bound_warnings(config, path):
+        print(line, file=sys.stderr)
     names = ", ".join(d.name for d in config.deployments) or "none listed"
     discovery = "on" if config.discovery.enabled else "off"
     print(f"{path}: ok ({len(config.deployments)} deployment(s): {names}; discovery {discovery})")

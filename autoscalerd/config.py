@@ -149,7 +149,13 @@ class SloConfig(_Model):
 class DeploymentSettings(_Model):
     """Everything that shapes one deployment's decisions (also the `defaults` block)."""
 
-    autoscaling: AutoscalingConfig = AutoscalingConfig()
+    # `autoscalerd`: the replica model and the SLO size the deployment. `ray-compatible`:
+    # exactly Ray Serve's default policy on the autoscaling block (decide/ray_compat.py).
+    mode: Literal["autoscalerd", "ray-compatible"] = "autoscalerd"
+    # Ray's key `autoscaling_config` is read as it is; `autoscaling` is the older name.
+    autoscaling: AutoscalingConfig = Field(
+        AutoscalingConfig(), validation_alias=AliasChoices("autoscaling", "autoscaling_config")
+    )
     capacity: CapacityConfig = CapacityConfig()
     replica_model: ReplicaModelConfig = ReplicaModelConfig()
     forecast: ForecastConfig = ForecastConfig()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from autoscalerd.decide.burstiness import BurstState
+from autoscalerd.decide.ray_compat import RayPolicyState
 from autoscalerd.decide.replica_model import ReplicaModelState
 from autoscalerd.decide.slo_guard import GuardState
 from autoscalerd.forecast.holt_winters import ForecasterState
@@ -122,6 +123,7 @@ class Reason(str, enum.Enum):
     BURST = "burst"  # the measured burstiness at the SLO's time scale set the count
     HEADROOM_TIGHTENED = "headroom_tightened"  # more bad requests seen than the model said
     HEADROOM_RELAXED = "headroom_relaxed"  # fewer bad requests seen than the model said
+    RAY_COMPATIBLE = "ray_compatible"  # decided by Ray Serve's default policy, exactly
     MODEL_MISMATCH = "model_mismatch"  # observed and predicted waits disagree beyond bounds
     BACKLOG = "backlog"  # queued requests added replicas
     FORECAST_LEADS = "forecast_leads"  # the forecast, not the observed rate, set λ_target
@@ -232,6 +234,10 @@ class DeploymentState:
     replica_model: ReplicaModelState = field(default_factory=ReplicaModelState)
     burst: BurstState = field(default_factory=BurstState)
     guard: GuardState = field(default_factory=GuardState)
+    # The Ray-compatible mode: Ray's delay timer, and (time, ongoing + queued) samples
+    # over look_back_period_s, which Ray's controller averages before its policy sees them.
+    ray_policy: RayPolicyState = field(default_factory=RayPolicyState)
+    ray_samples: tuple[tuple[float, float], ...] = ()
 
     def with_(self, **changes: Any) -> DeploymentState:
         from dataclasses import replace

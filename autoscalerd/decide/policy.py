@@ -14,6 +14,9 @@ stages, each a module with one job, in the order of ARCHITECTURE.md §Decide v2:
     bounds.py        min/max replicas, scale to zero and activation
     fail_static.py   stale data, warm-up, SLO burn and cooldown stop a change
 
+`mode: ray-compatible` replaces the whole pipeline with Ray Serve's default policy
+(ray_mode.py over ray_compat.py), implemented here and held to Ray's own functions.
+
 Each stage records what it saw in the Decision, so any target can be explained from the
 log alone. The scale-down delay lives in one place: `stabilize.apply_delays`.
 """
@@ -31,6 +34,7 @@ from autoscalerd.decide import (
     fail_static,
     forecasting,
     rates,
+    ray_mode,
     replica_model,
     sizing,
     slo_guard,
@@ -75,6 +79,8 @@ DEFAULT_WAIT_BUDGET_S = 1.0
 def decide(
     obs: Observation, state: DeploymentState, cfg: DeploymentConfig, now_s: float
 ) -> tuple[Decision, DeploymentState]:
+    if cfg.mode == "ray-compatible":
+        return ray_mode.decide_ray_compatible(obs, state, cfg, now_s)
     a = cfg.autoscaling
     max_age_s = cfg.max_metric_age_s
     current = state.target_replicas

@@ -107,26 +107,28 @@ class RayKnobs:
 
     @classmethod
     def from_autoscaling(cls, cfg: AutoscalingConfig) -> RayKnobs:
-        """Carry autoscalerd's `autoscaling` block over field for field.
+        """Ray's knobs from autoscalerd's `autoscaling_config` block, as a paste means them.
 
-        autoscalerd's own defaults (not Ray's) apply to fields the YAML left out, because
-        its config model has already filled them; only fields still `None` fall back
-        the way Ray's do.
+        A field the YAML set carries over; a field it left out takes Ray 2.60's default
+        (max_replicas 1, target_ongoing_requests 2, delays 30 s and 600 s), not
+        autoscalerd's, so that a pasted block behaves as it did in Ray.
         """
-        return cls(
-            min_replicas=cfg.min_replicas,
-            max_replicas=cfg.max_replicas,
-            initial_replicas=cfg.initial_replicas,
-            target_ongoing_requests=cfg.target_ongoing_requests,
-            upscale_delay_s=cfg.upscale_delay_s,
-            downscale_delay_s=cfg.downscale_delay_s,
-            downscale_to_zero_delay_s=cfg.downscale_to_zero_delay_s,
-            upscaling_factor=cfg.upscaling_factor,
-            downscaling_factor=cfg.downscaling_factor,
-            smoothing_factor=cfg.smoothing_factor,
-            upscale_smoothing_factor=cfg.upscale_smoothing_factor,
-            downscale_smoothing_factor=cfg.downscale_smoothing_factor,
-        )
+        given = cfg.model_fields_set
+        ray = cls()
+        knobs = {
+            name: getattr(cfg, name) if name in given else getattr(ray, name)
+            for name in (
+                "min_replicas", "max_replicas", "initial_replicas", "target_ongoing_requests",
+                "upscale_delay_s", "downscale_delay_s", "downscale_to_zero_delay_s",
+                "upscaling_factor", "downscaling_factor", "smoothing_factor",
+                "upscale_smoothing_factor", "downscale_smoothing_factor",
+            )
+        }  # fmt: skip
+        if knobs["max_replicas"] < knobs["min_replicas"]:
+            # min_replicas set above Ray's default max of 1: Ray would reject this paste.
+            # `check-config` warns about bounds left to Ray's defaults; here min wins.
+            knobs["max_replicas"] = knobs["min_replicas"]
+        return cls(**knobs)
 
     @property
     def effective_upscaling_factor(self) -> float:
