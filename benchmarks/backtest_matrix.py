@@ -104,6 +104,11 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="trace names to run")
     parser.add_argument("--presets", nargs="*", default=sorted(REPLICA_PRESETS))
     parser.add_argument("--sensitivity", action="store_true")
+    parser.add_argument(
+        "--utilization",
+        action="store_true",
+        help="add the classic rule ⌈λ/(ρ·μ)⌉ (capacity.sizing: utilization) for comparison",
+    )
     args = parser.parse_args()
     config = load_config(args.config)
     base_cfg = config.deployments[0] if config.deployments else config.deployment("llm/backtest")
@@ -113,6 +118,8 @@ def main() -> int:
     )
     print(header)
     variants: list[tuple[str, float, float]] = [("as shipped", 1.0, 1.0)]
+    if args.utilization:
+        variants.append(("rule λ/(ρμ)", 1.0, 1.0))
     if args.sensitivity:
         variants += [("priors x0.5", 0.5, 1.0), ("priors x2", 2.0, 1.0)]
         variants += [("cold start x0.5", 1.0, 0.5), ("cold start x2", 1.0, 2.0)]
@@ -138,7 +145,10 @@ def main() -> int:
                         ),
                         # The operator states the replica's start time; nothing else.
                         "capacity": base_cfg.capacity.model_copy(
-                            update={"cold_start_s": replica.cold_start_s}
+                            update={
+                                "cold_start_s": replica.cold_start_s,
+                                "sizing": "utilization" if label.startswith("rule") else "model",
+                            }
                         ),
                     }
                 )

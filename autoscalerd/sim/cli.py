@@ -250,6 +250,11 @@ def _run(args: argparse.Namespace) -> int:
     tokens = _tokens(args)
     trace = open_trace(args.trace, cast(TraceFormat | None, args.format), window, tokens)
 
+    # autoscalerd is told how long the simulated replica takes to start, as an operator
+    # states it for a real one; nothing else about the replica.
+    cfg = cfg.model_copy(
+        update={"capacity": cfg.capacity.model_copy(update={"cold_start_s": replica.cold_start_s})}
+    )
     with _progress(enabled=not args.no_progress) as progress:
         result = run_backtest(
             trace,
