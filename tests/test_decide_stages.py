@@ -83,9 +83,11 @@ def test_burstiness_reads_poisson_near_one_and_clumps_high() -> None:
     smooth = burstiness.BurstState()
     clumped = burstiness.BurstState()
     for tick in range(1, 1801):
-        smooth = burstiness.observe(smooth, float(rng.poisson(30)), 1.0, float(tick))
+        smooth = burstiness.observe(smooth, float(rng.poisson(30)), 1.0, float(tick), 300.0)
         # The same mean, all of it in one second of every 30.
-        clumped = burstiness.observe(clumped, 900.0 if tick % 30 == 0 else 0.0, 1.0, float(tick))
+        clumped = burstiness.observe(
+            clumped, 900.0 if tick % 30 == 0 else 0.0, 1.0, float(tick), 300.0
+        )
     assert burstiness.peak_to_mean(smooth, 0.01, 30.0, 1.0, 1800.0) < 1.6
     assert burstiness.peak_to_mean(clumped, 0.01, 30.0, 1.0, 1800.0) > 15
 

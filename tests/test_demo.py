@@ -6,8 +6,6 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from tests.helpers import REPO, autoscalerd_bin
 
 
@@ -20,11 +18,6 @@ def ray_processes() -> list[str]:
     ]
 
 
-@pytest.mark.xfail(
-    reason="decide v2: config/demo.yaml not yet retuned; the 4-minute slice scales up but "
-    "does not scale down (issue 9, item 9)",
-    strict=False,
-)
 def test_short_demo_scales_up_and_down_reports_and_leaves_no_ray_behind(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:

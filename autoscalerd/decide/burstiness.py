@@ -6,7 +6,8 @@ arrivals per tick that the attainment target must ride through: the ratio r such
 requests arriving in ticks with count/mean above r are at most a share ε of all
 requests. The ratio is a shape, so it carries over to the level the forecast predicts.
 
-Each tick's count is divided by the level (an EWMA of the rate over `level_memory_s`) and
+Each tick's count is divided by the level (an EWMA of the rate over `level_memory_s`, the
+forecast's bucket width: the level the forecast predicts) and
 added, weighted by its requests, to a histogram of log-spaced ratio bins whose counts are
 forgotten exponentially over `memory_s`. A Poisson stream of 30 requests/s reads about
 1.4 at ε = 1 %; the Azure 2023 code trace, with 73 % of its seconds empty, reads 20-40.
@@ -25,8 +26,6 @@ from autoscalerd.decide.forgetting import Sums
 # Ratio bins: 1.25^k for k = 0..40 covers 1 to about 7,500; below 1 is one bin.
 _BIN_BASE = 1.25
 _BINS = 41
-# The level adapts over this time: longer than a burst, shorter than a tide.
-LEVEL_MEMORY_S = 300.0
 # How long the burst shape is remembered.
 MEMORY_S = 3600.0
 # Requests the histogram must hold before its quantile is used; until then, Poisson.
@@ -40,14 +39,16 @@ class BurstState:
     weights: Sums | None = None
 
 
-def observe(state: BurstState, arrivals: float, tick_s: float, now_s: float) -> BurstState:
-    """Fold one tick's arrival count in."""
+def observe(
+    state: BurstState, arrivals: float, tick_s: float, now_s: float, level_memory_s: float
+) -> BurstState:
+    """Fold one tick's arrival count in; the level adapts over `level_memory_s`."""
     rate_per_s = arrivals / tick_s if tick_s > 0 else 0.0
     level = state.level_per_s
     if level is None:
         level = rate_per_s
     else:
-        alpha = 1.0 - math.exp(-tick_s / LEVEL_MEMORY_S)
+        alpha = 1.0 - math.exp(-tick_s / level_memory_s)
         level = level + alpha * (rate_per_s - level)
     weights = state.weights
     if arrivals > 0 and level > 0:

@@ -92,7 +92,9 @@ def decide(
     r = rates.observe(obs, state, cfg, now_s)
     burst_state = state.burst
     if r.arrival_rate_per_s is not None:
-        burst_state = burstiness.observe(burst_state, r.arrival_rate_per_s * tick_s, tick_s, now_s)
+        burst_state = burstiness.observe(
+            burst_state, r.arrival_rate_per_s * tick_s, tick_s, now_s, cfg.forecast.bucket_s
+        )
 
     # 2. The replica model, learned online; derated under KV-cache pressure or GPU trouble.
     model_state = replica_model.learn(
