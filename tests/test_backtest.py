@@ -249,7 +249,7 @@ def test_json_document_follows_the_schema(ten_minutes: Any) -> None:
     statics = document["static_frontier"]
     assert [p["replicas"] for p in statics] == sorted(p["replicas"] for p in statics)
     assert statics[0]["replicas"] == 1
-    assert document["oracle_frontier"][0]["target_utilization"] == 0.3
+    assert document["oracle_frontier"][0]["target_utilization"] == 0.05
     ours = next(r for r in document["results"] if r["policy"] == "autoscalerd")
     assert ours["cost_vs_oracle_at_equal_attainment"] is not None
     assert isinstance(ours["dominated_by"], list)

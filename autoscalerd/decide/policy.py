@@ -23,7 +23,6 @@ log alone. The scale-down delay lives in one place: `stabilize.apply_delays`.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TypeVar
 
 from autoscalerd.config import DeploymentConfig
@@ -33,6 +32,7 @@ from autoscalerd.decide import (
     capacity,
     fail_static,
     forecasting,
+    outcome,
     rates,
     ray_mode,
     replica_model,
@@ -271,7 +271,7 @@ def decide(
     # except that the configured bounds always hold (an operator lowering max_replicas).
     if replicas_raw is None:
         target, bound_reasons = bounds.apply_bounds(current, a)
-        return _finish(
+        return outcome.finish(
             target, [Reason.STALE_DATA, *bound_reasons], base, next_state, now_s, current
         )
 
@@ -280,7 +280,7 @@ def decide(
         target, _ = bounds.apply_bounds(max(1, replicas_raw), a)
         target = max(1, target)
         reasons.append(Reason.ACTIVATE_FROM_ZERO)
-        return _finish(target, reasons, base, next_state, now_s, float(replicas_raw))
+        return outcome.finish(target, reasons, base, next_state, now_s, float(replicas_raw))
 
     # 6. The knobs: EMA, then the windowed delays, then the step limits.
     smoothed = stabilize.smooth(replicas_raw, state.smoothed_replicas, a.smoothing_factor)
@@ -329,39 +329,12 @@ def decide(
         reasons.append(Reason.SCALE_TO_ZERO)
     target, bound_reasons = bounds.apply_bounds(wanted, a)
     reasons.extend(bound_reasons)
-    return _finish(target, reasons, base, next_state, now_s, smoothed)
+    return outcome.finish(target, reasons, base, next_state, now_s, smoothed)
 
 
 def _max_known(*values: _Number | None) -> _Number | None:
     known = [v for v in values if v is not None]
     return max(known) if known else None
-
-
-def _finish(
-    target: int,
-    reasons: list[Reason],
-    base: Decision,
-    next_state: DeploymentState,
-    now_s: float,
-    smoothed: float,
-) -> tuple[Decision, DeploymentState]:
-    current = next_state.target_replicas
-    if target > current:
-        reasons.append(Reason.SCALE_UP)
-    elif target < current:
-        reasons.append(Reason.SCALE_DOWN)
-    else:
-        reasons.append(Reason.STEADY)
-    decision = replace(
-        base,
-        target_replicas=target,
-        reasons=tuple(dict.fromkeys(reasons)),
-        replicas_smoothed=smoothed,
-        replicas_stabilized=target,
-    )
-    if target != current:
-        next_state = next_state.with_(target_replicas=target, last_action_at_s=now_s)
-    return decision, next_state
 
 
 def _slo_breaches(

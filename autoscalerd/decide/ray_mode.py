@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from autoscalerd.config import DeploymentConfig
-from autoscalerd.decide import capacity, ray_compat
+from autoscalerd.decide import capacity, outcome, ray_compat
 from autoscalerd.model import Decision, DeploymentState, Observation, Reason
 
 # Ray's reason words that autoscalerd's Reason enum spells differently or lacks.
@@ -49,8 +49,8 @@ def decide_ray_compatible(
     )
     if ongoing is None or running is None or not samples:
         held = max(cfg.autoscaling.min_replicas, min(cfg.autoscaling.max_replicas, current))
-        stale = (Reason.RAY_COMPATIBLE, Reason.STALE_DATA, Reason.STEADY)
-        return _finish(base, held, stale, next_state, now_s)
+        stale = (Reason.RAY_COMPATIBLE, Reason.STALE_DATA)
+        return outcome.finish(held, stale, base, next_state, now_s)
     total = sum(value for _, value in samples) / len(samples)
     knobs = ray_compat.RayKnobs.from_autoscaling(cfg.autoscaling)
     target, ray_state, words = ray_compat.ray_decide(
@@ -63,29 +63,8 @@ def decide_ray_compatible(
             reason = Reason(word)
         if reason is not None:
             reasons.append(reason)
-    if target > current:
-        reasons.append(Reason.SCALE_UP)
-    elif target < current:
-        reasons.append(Reason.SCALE_DOWN)
-    else:
-        reasons.append(Reason.STEADY)
     replicas_concurrency = capacity.replicas_for_concurrency(
         total, cfg.autoscaling.target_ongoing_requests
     )
     base = replace(base, replicas_concurrency=replicas_concurrency, replicas_raw=target)
-    return _finish(
-        base, target, tuple(dict.fromkeys(reasons)), next_state.with_(ray_policy=ray_state), now_s
-    )
-
-
-def _finish(
-    base: Decision,
-    target: int,
-    reasons: tuple[Reason, ...],
-    next_state: DeploymentState,
-    now_s: float,
-) -> tuple[Decision, DeploymentState]:
-    decision = replace(base, target_replicas=target, reasons=reasons, replicas_stabilized=target)
-    if target != next_state.target_replicas:
-        next_state = next_state.with_(target_replicas=target, last_action_at_s=now_s)
-    return decision, next_state
+    return outcome.finish(target, reasons, base, next_state.with_(ray_policy=ray_state), now_s)
