@@ -7,7 +7,7 @@ replica-model priors x0.5 and x2 and the cold start x0.5 and x2.
 
     .venv/bin/python benchmarks/backtest_matrix.py [--traces DIR] [--sensitivity]
 
-The traces are those of ../shared/traces (or --traces DIR); the 2024 week is replayed
+The traces are those of data/traces (or --traces DIR); the 2024 week is replayed
 for its first `--week-duration` (default 6h), its token lengths drawn from the 2023 file.
 One simulation per policy and per frontier point: minutes per trace on one core.
 """
@@ -98,7 +98,7 @@ def run_one(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces")
+    parser.add_argument("--traces", type=Path, default=ROOT / "data" / "traces")
     parser.add_argument("--config", type=Path, default=ROOT / "config" / "backtest.yaml")
     parser.add_argument("--week-duration", type=float, default=6 * 3600.0, metavar="S")
     parser.add_argument("--only", nargs="*", help="trace names to run")
