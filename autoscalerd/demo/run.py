@@ -67,7 +67,8 @@ def add_parser(sub: Any) -> None:
         "--tail",
         type=float,
         default=None,
-        help="seconds to keep watching after the load (default: downscale delay + 10)",
+        help="seconds to keep watching after the load (default: downscale delay + cold start "
+        "+ actuation delay + forecast bucket)",
     )
 
 
@@ -112,8 +113,16 @@ def plan(args: argparse.Namespace) -> Plan:
         raise ConfigError(
             [f"--trace {args.trace}: no requests in the slice; change --start/--duration"]
         )
-    defaults = config.defaults.autoscaling
-    tail_s = args.tail if args.tail is not None else defaults.downscale_delay_s + 10.0
+    # The quiet tail lasts what the daemon needs to see the quiet and act on it: the
+    # forecast looks a lead time ahead, in buckets, and then the downscale delay runs.
+    d = config.defaults
+    settle_s = (
+        d.autoscaling.downscale_delay_s
+        + d.capacity.cold_start_s
+        + d.capacity.actuation_delay_s
+        + d.forecast.bucket_s
+    )
+    tail_s = args.tail if args.tail is not None else settle_s
     return Plan(schedule, duration_s / args.speed, tail_s, config)
 
 
