@@ -30,7 +30,10 @@ class Reading:
 
 @dataclass(frozen=True, slots=True)
 class Histogram:
-    """Counts per bucket over one interval (not cumulative), +Inf last, and when it ended."""
+    """Counts per bucket over one interval (not cumulative), +Inf last, and when it ended.
+
+    `bounds_s` are the buckets' upper bounds: seconds, or tokens for a prompt histogram.
+    """
 
     bounds_s: tuple[float, ...]
     counts: tuple[float, ...]
@@ -42,6 +45,13 @@ class Histogram:
     @property
     def total(self) -> float:
         return float(sum(self.counts))
+
+    @property
+    def sane(self) -> bool:
+        """One count per bucket and +Inf, each finite and ≥ 0: else the reading is no data."""
+        return len(self.counts) == len(self.bounds_s) + 1 and all(
+            math.isfinite(c) and c >= 0 for c in self.counts
+        )
 
     def count_above(self, limit_s: float) -> float:
         """Requests above `limit_s`, interpolating linearly inside the bucket that holds it."""
@@ -93,6 +103,12 @@ class Observation:
     decode_batch_mean: Reading | None = None  # requests decoding per running replica
     # Requests whose wait (router queue + engine queue) ended in the last tick, by bucket.
     queue_wait_histogram: Histogram | None = None
+    # Requests whose first token came out in the last tick, by TTFT bucket (vLLM's
+    # time_to_first_token_seconds), and whose prefill ended, by prompt length in tokens
+    # (request_prompt_tokens): TTFT misses less the prompts too long for the SLO are the
+    # misses that replicas can fix.
+    ttft_histogram: Histogram | None = None
+    prompt_tokens_histogram: Histogram | None = None
 
     def fresh(self, name: str, now_s: float, max_age_s: float) -> float | None:
         """The value of field `name` if it is known, sane and no older than `max_age_s`.

@@ -16,7 +16,7 @@ from autoscalerd.sim.sensor import SimSensor
 from autoscalerd.sim.traces import RequestBatch
 
 
-def view(**changes: float) -> replica_model.ReplicaView:
+def view(**changes: object) -> replica_model.ReplicaView:
     base = {
         "slots": 10,
         "prefill_tokens_per_s": 1000.0,
@@ -34,16 +34,20 @@ def view(**changes: float) -> replica_model.ReplicaView:
 
 def test_prefill_queue_tail_is_pollaczek_khinchine_by_hand() -> None:
     # λ = 5/s on one replica, S = 0.1 s, E[S²] = 0.02 s²: ρ = 0.5, E[W] = 5·0.02/(2·0.5)
-    # = 0.1 s, P(W > 0.5 s) = 0.5·exp(−0.5·0.5/0.1) = 0.0410. The slots (a = 5·0.2 = 1 of
-    # 10, β = 9) add nothing.
+    # = 0.1 s, P(W > 0.5 s | busy engine) = 0.5·exp(−0.5·0.5/0.1) = 0.0410. The router
+    # finds the engine busy only when the replica holds a request: N ~ Poisson(a), a =
+    # 5·(0.1 + 0.1) = 1, P(N ≥ 1) = 1 − e⁻¹. The slots (a = 1 of 10, β = 9) add nothing.
     inputs = sizing.SizingInputs(5.0, 1.0, 1.0, 0.5, 0.05)
     tail, rho, _, fits = sizing.predicted_tail(view(), inputs, 1)
     assert rho == pytest.approx(0.5)
-    assert tail == pytest.approx(0.5 * math.exp(-2.5), rel=1e-9)
+    assert tail == pytest.approx((1 - math.exp(-1.0)) * 0.5 * math.exp(-2.5), rel=1e-9)
     assert fits
-    # Two replicas: ρ = 0.25, E[W] = 2.5·0.02/1.5, tail = 0.25·exp(−3.75) = 0.0059.
+    # Two replicas: ρ = 0.25, E[W] = 2.5·0.02/1.5 = 1/30 s; a = 5·(0.1 + 1/30) = 2/3 and
+    # both replicas hold a request with P(N ≥ 2) = 1 − e^(−a)(1 + a); then 0.25·exp(−3.75).
     tail2, _, _, _ = sizing.predicted_tail(view(), inputs, 2)
-    assert tail2 == pytest.approx(0.25 * math.exp(-3.75), rel=1e-9)
+    a = 5.0 * (0.1 + 1.0 / 30.0)
+    both_busy = 1.0 - math.exp(-a) * (1.0 + a)
+    assert tail2 == pytest.approx(both_busy * 0.25 * math.exp(-3.75), rel=1e-9)
     assert sizing.size(view(), inputs, 10).replicas == 1
     strict = sizing.SizingInputs(5.0, 1.0, 1.0, 0.5, 0.01)
     sized = sizing.size(view(), strict, 10)
@@ -124,6 +128,9 @@ def test_a_wrong_prior_is_corrected_online(prior_factor: float) -> None:
     # Where the load put the batch, the line is right; elsewhere the prior's slope fades.
     batch = 6.0
     assert learned.tpot_s(batch) == pytest.approx(truth.tpot_s(int(batch)), rel=0.2)
+    # The prompt mix from the histogram: 200-1800 tokens, in the 100-200 ... 1000-2000 buckets.
+    assert sum(share for _, _, share in learned.prompt_mix) == pytest.approx(1.0)
+    assert all(high >= 200 and low <= 2000 for low, high, _ in learned.prompt_mix)
     prefill = next(e for e in learned.estimates if e.name == "prefill_tokens_per_s")
     assert prefill.samples > 100 and prefill.age_s is not None and prefill.age_s < 5
 
@@ -136,10 +143,48 @@ def waits_over(bad: float, total: float = 100.0) -> Histogram:
 def run_guard(bad: float, predicted_share: float, ticks: int) -> slo_guard.GuardVerdict:
     state = slo_guard.GuardState()
     for tick in range(1, ticks + 1):
+        counts = slo_guard.waits_over_budget(waits_over(bad), 0.5)
         state, verdict = slo_guard.update(
-            state, waits_over(bad), 0.5, predicted_share, 0.01, 300.0, 3600.0, float(tick)
+            state, counts, predicted_share, 0.01, 300.0, 3600.0, float(tick)
         )
     return verdict
+
+
+def test_calibration_ignores_overloads_where_the_model_predicts_no_tail() -> None:
+    # A cold start: every request late and the model saying 100 %; then the model's 1 %
+    # tail is right. The overload says nothing about the tail: the calibration stays 1.
+    state = slo_guard.GuardState()
+    for tick in range(1, 301):
+        counts = slo_guard.waits_over_budget(waits_over(100.0 if tick <= 100 else 1.0), 0.5)
+        predicted = 1.0 if tick <= 100 else 0.01
+        state, verdict = slo_guard.update(state, counts, predicted, 0.01, 300.0, 3600.0, tick)
+    assert verdict.calibration == pytest.approx(1.0)
+
+
+def test_controllable_misses_are_ttft_misses_less_prompts_too_long_for_the_slo() -> None:
+    # 100 first tokens, 30 over a 1 s TTFT; 20 prompts over 16,000 tokens (1 s of prefill
+    # at 16,000 tokens/s): 10 misses were the wait's.
+    ttfts = Histogram((0.5, 1.0, 5.0), (50.0, 20.0, 30.0, 0.0), 0.0)
+    prompts = Histogram((1000.0, 16_000.0, 100_000.0), (40.0, 40.0, 20.0, 0.0), 0.0)
+    assert slo_guard.controllable_misses(ttfts, prompts, 1.0, 16_000.0) == (100.0, 10.0)
+    # A counter reset (a negative count) is no data, not a negative miss.
+    broken = Histogram((0.5, 1.0, 5.0), (50.0, -20.0, 30.0, 0.0), 0.0)
+    assert slo_guard.controllable_misses(broken, prompts, 1.0, 16_000.0) is None
+    assert slo_guard.controllable_misses(ttfts, prompts, None, 16_000.0) is None
+
+
+def test_late_share_gives_each_prompt_its_own_wait_budget() -> None:
+    # A wait tail of 0.5·exp(−2t). Half the prompts take 0-0.5 s to prefill (uniform),
+    # half 1-2 s (hopeless at a 1 s SLO): the late share is 0.5 x the mean of
+    # 0.5·exp(−2t) for budgets t uniform in [0.5, 1], i.e. 0.5·0.5·(e⁻¹ − e⁻²)/(2·0.5).
+    tail = sizing.WaitTail(((0.5, 2.0),))
+    model = view(prefill_tokens_per_s=1000.0, prompt_mix=((0.0, 500.0, 0.5), (1000.0, 2000.0, 0.5)))
+    inputs = sizing.SizingInputs(1.0, 1.0, 1.0, 0.5, 0.01, ttft_s=1.0)
+    expected = 0.5 * 0.5 * (math.exp(-1.0) - math.exp(-2.0)) / (2.0 * 0.5)
+    assert sizing._late_share(tail, model, inputs, 1.0) == pytest.approx(expected, rel=1e-12)
+    # Without a mix, everyone gets the wait budget: 0.5·exp(−1).
+    plain = view(prefill_tokens_per_s=1000.0)
+    assert sizing._late_share(tail, plain, inputs, 1.0) == pytest.approx(0.5 * math.exp(-1.0))
 
 
 def test_guard_calibrates_the_model_by_observed_over_predicted_bad_requests() -> None:
@@ -175,3 +220,19 @@ def test_every_decision_carries_the_models_estimates_with_samples_and_age() -> N
     assert {"slots", "prefill_tokens_per_s", "tpot_batch1_s", "prompt_tokens_mean"} <= names
     assert decision.as_dict()["replica_model"]["slots"]["samples"] == 0  # still the prior
     assert decision.wait_budget_s is not None and decision.tail_share == pytest.approx(0.01)
+
+
+def test_tpot_prior_lends_its_shape_not_its_level() -> None:
+    # Measured 10 ms per token at a batch of 5, always; the prior (30 ms at 1, 60 ms at a
+    # full batch of 32) says a full batch is twice batch 1. The fit keeps the data's level
+    # and the prior's shape: every point lies on tpot = c·(1 + (b − 1)/31) with
+    # c = 0.01 / (1 + 4/31), so tpot(32) = 2c, not the prior's 60 ms.
+    cfg = ReplicaModelConfig(tpot_batch1_s=0.03, tpot_full_batch_s=0.06)
+    x = 4.0
+    sums = (100.0, 100.0 * x, 100.0 * 0.01, 100.0 * x * x, 100.0 * x * 0.01)
+    batch1_s, slope_s = replica_model._fit_tpot(sums, cfg, 32)
+    c = 0.01 / (1.0 + x / 31.0)
+    assert batch1_s == pytest.approx(c, rel=1e-9)
+    assert batch1_s + slope_s * 31 == pytest.approx(2 * c, rel=1e-9)
+    # No data: the prior itself.
+    assert replica_model._fit_tpot((0.0,) * 5, cfg, 32) == pytest.approx((0.03, 0.03 / 31))

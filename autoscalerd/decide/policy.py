@@ -41,7 +41,7 @@ from autoscalerd.decide import (
     stabilize,
 )
 from autoscalerd.forecast import holt_winters
-from autoscalerd.model import Decision, DeploymentState, Observation, Reason
+from autoscalerd.model import Decision, DeploymentState, Histogram, Observation, Reason
 
 _Number = TypeVar("_Number", int, float)
 
@@ -125,22 +125,32 @@ def decide(
     if budget_s is None:
         budget_s = DEFAULT_WAIT_BUDGET_S
     share = 1.0 - slo.attainment_target
-    waits = obs.queue_wait_histogram
-    if waits is not None and waits.age_s(now_s) > max_age_s:
-        waits = None
+
+    def fresh_histogram(histogram: Histogram | None) -> Histogram | None:
+        return histogram if histogram is not None and histogram.age_s(now_s) <= max_age_s else None
+
+    # The misses replicas could have avoided: TTFT less the request's own prefill where
+    # vLLM's histograms are there, else the waits over their budget.
+    counts = slo_guard.controllable_misses(
+        fresh_histogram(obs.ttft_histogram),
+        fresh_histogram(obs.prompt_tokens_histogram),
+        slo.ttft_s,
+        model.prefill_tokens_per_s,
+    )
+    if counts is None:
+        counts = slo_guard.waits_over_budget(fresh_histogram(obs.queue_wait_histogram), budget_s)
     # What the model predicts for the replicas running now: the guard compares it with
     # what the waits say, and calibrates the sizing's tail share.
     running = obs.fresh("running_replicas", now_s, max_age_s)
     predicted_share: float | None = None
     if running and r.rate_obs_per_s is not None and cfg.capacity.sizing == "model":
         now_inputs = sizing.SizingInputs(
-            r.rate_obs_per_s, 0.0, tick_s, budget_s, share, capacity_factor
+            r.rate_obs_per_s, 0.0, tick_s, budget_s, share, capacity_factor, ttft_s=slo.ttft_s
         )
         predicted_share = sizing.predicted_tail(model, now_inputs, int(running))[0]
     guard_state, verdict = slo_guard.update(
         state.guard,
-        waits,
-        budget_s,
+        counts,
         predicted_share,
         share,
         slo.burn_fast_window_s,
@@ -189,6 +199,7 @@ def decide(
             tail_share=tail_share,
             capacity_factor=capacity_factor,
             level_per_s=burst_level_per_s,
+            ttft_s=slo.ttft_s,
         )
         return sizing.size(model, inputs, a.max_replicas)
 

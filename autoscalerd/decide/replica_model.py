@@ -55,6 +55,11 @@ class ReplicaModelState:
     little: Sums | None = None  # (completions, ongoing·seconds) per replica
     slots: float | None = None
     slots_at_s: float | None = None
+    # The prompt-length distribution: requests per bucket of `prompt_bounds` (tokens, +Inf
+    # last), from the prompt-token histogram; what the sizing needs to know how much wait
+    # each request can afford before its own prefill misses the TTFT SLO.
+    prompt_mix: Sums | None = None
+    prompt_bounds: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,9 @@ class ReplicaView:
     output_tokens_mean: float
     slot_time_observed_s: float | None  # Little's law, at the load seen
     estimates: tuple[Estimate, ...]
+    # (lower, upper) prompt tokens and the share of requests in that bucket; empty when no
+    # prompt histogram was seen. The last bucket's upper bound is infinite.
+    prompt_mix: tuple[tuple[float, float, float], ...] = ()
 
     def tpot_s(self, batch: float) -> float:
         return self.tpot_batch1_s + self.tpot_slope_s * max(0.0, batch - 1.0)
@@ -155,9 +163,21 @@ def learn(
     batch = fresh("decode_batch_mean")
     if tpot is not None and batch is not None and tpot > 0 and batch > 0:
         x = max(0.0, batch - 1.0)
-        changes["tpot"] = _seed_tpot(state.tpot, cfg, _slots(state, cfg)).add(
+        changes["tpot"] = (state.tpot or Sums((0.0,) * 5)).add(
             now_s, hw_s, 1.0, x, tpot, x * x, x * tpot
         )
+    prompts = obs.prompt_tokens_histogram
+    if (
+        prompts is not None
+        and prompts.sane
+        and prompts.age_s(now_s) <= max_age_s
+        and prompts.total > 0
+    ):
+        mix = state.prompt_mix if state.prompt_bounds == prompts.bounds_s else None
+        changes["prompt_mix"] = (mix or Sums((0.0,) * len(prompts.counts))).add(
+            now_s, mix_s, *prompts.counts
+        )
+        changes["prompt_bounds"] = prompts.bounds_s
     ongoing = fresh("ongoing_requests")
     running = fresh("running_replicas")
     if completions is not None and ongoing is not None and running:
@@ -196,8 +216,8 @@ def view(
         )
     )
 
-    tpot_sums = state.tpot if state.tpot is not None else _seed_tpot(None, cfg, slots)
-    batch1_s, slope_s = _fit_tpot(tpot_sums.decayed(now_s, hw_s), cfg, slots)
+    tpot_sums = state.tpot.decayed(now_s, hw_s) if state.tpot is not None else (0.0,) * 5
+    batch1_s, slope_s = _fit_tpot(tpot_sums, cfg, slots)
     estimates.append(_estimate("tpot_batch1_s", batch1_s, state.tpot, now_s))
     estimates.append(_estimate("tpot_slope_s", slope_s, state.tpot, now_s))
 
@@ -219,6 +239,18 @@ def view(
             estimates.append(_estimate("slot_time_observed_s", slot_time_s, state.little, now_s))
     if prefill_per_s is None and slot_time_s is None:
         slot_time_s = slots / fallback_service_rate_per_s
+    prompt_mix: tuple[tuple[float, float, float], ...] = ()
+    if state.prompt_mix is not None and state.prompt_bounds is not None:
+        counts = state.prompt_mix.decayed(now_s, mix_s)
+        total = sum(counts)
+        if total > 0:
+            lowers = (0.0, *state.prompt_bounds)
+            uppers = (*state.prompt_bounds, math.inf)
+            prompt_mix = tuple(
+                (low, high, count / total)
+                for low, high, count in zip(lowers, uppers, counts, strict=True)
+                if count > 0
+            )
     return ReplicaView(
         slots=slots,
         prefill_tokens_per_s=prefill_per_s,
@@ -229,6 +261,7 @@ def view(
         output_tokens_mean=output_mean,
         slot_time_observed_s=slot_time_s,
         estimates=tuple(estimates),
+        prompt_mix=prompt_mix,
     )
 
 
@@ -243,31 +276,34 @@ def _seed(sums: Sums | None, weight: float, value: float) -> Sums:
     return Sums((weight, weight * value) if weight else (0.0, 0.0))
 
 
-def _seed_tpot(sums: Sums | None, cfg: ReplicaModelConfig, slots: int) -> Sums:
-    if sums is not None:
-        return sums
-    w = _PRIOR_TPOT_WEIGHT / 2.0
-    x_full = float(max(0, slots - 1))
-    y1, y_full = cfg.tpot_batch1_s, cfg.tpot_full_batch_s
-    return Sums(
-        (
-            2 * w,
-            w * x_full,
-            w * (y1 + y_full),
-            w * x_full * x_full,
-            w * x_full * y_full,
-        )
-    )
-
-
 def _fit_tpot(sums: tuple[float, ...], cfg: ReplicaModelConfig, slots: int) -> tuple[float, float]:
-    """Weighted least squares of tpot = a + s·(b − 1); s ≥ 0, a > 0."""
-    w, sx, sy, sxx, sxy = sums
-    if w <= 0:
-        return cfg.tpot_batch1_s, _prior_slope(cfg, slots)
+    """Weighted least squares of tpot = a + s·(b − 1) over the data and a prior; s ≥ 0, a > 0.
+
+    The prior is its shape, not its level: two pseudo-points (b = 1 and b = slots, of
+    `_PRIOR_TPOT_WEIGHT` together) on the line with the prior's relative slope
+    (tpot_full_batch_s / tpot_batch1_s) through the data's centroid. The data's level
+    wins at once; a load whose batch never varies keeps the prior's relative slope, so
+    a replica measured at 10 ms per token is not assumed to reach the prior's 60 ms at a
+    full batch.
+    """
+    dw, dx, dy, dxx, dxy = sums
+    relative = _prior_slope(cfg, slots) / cfg.tpot_batch1_s
+    x_full = float(max(0, slots - 1))
+    if dw > 0:
+        centre_x, centre_y = dx / dw, dy / dw
+        level = centre_y / (1.0 + relative * centre_x)
+    else:
+        level = cfg.tpot_batch1_s
+    half = _PRIOR_TPOT_WEIGHT / 2.0
+    y_full = level * (1.0 + relative * x_full)
+    w = dw + 2 * half
+    sx = dx + half * x_full
+    sy = dy + half * (level + y_full)
+    sxx = dxx + half * x_full * x_full
+    sxy = dxy + half * x_full * y_full
     mean_x, mean_y = sx / w, sy / w
     var_x = sxx / w - mean_x * mean_x
-    slope = (sxy / w - mean_x * mean_y) / var_x if var_x > 1e-9 else _prior_slope(cfg, slots)
+    slope = (sxy / w - mean_x * mean_y) / var_x if var_x > 1e-12 else level * relative
     slope = max(0.0, slope)
     intercept = mean_y - slope * mean_x
     if intercept <= 0:

@@ -10,7 +10,12 @@ conditions, each from first principles, and the count is the smallest R meeting 
    S = prompt / prefill_tokens_per_s, ρ = λ_r·E[S]; the wait is positive with
    probability ρ and then close to exponential with mean E[W]/ρ, so
    P(W > t) ≈ ρ·exp(−ρ·t / E[W]). E[S²] comes from the prompt-length histogram: long
-   prompts block short ones, and this is where a long-context mix pays for it.
+   prompts block short ones, and this is where a long-context mix pays for it. Serve's
+   router sends a request to the least-loaded replica, so it meets a busy prefill engine
+   only when no replica is empty: the tail is multiplied by P(N ≥ R), N ~ Poisson(λ·T)
+   the requests in the system (M/G/∞, T the slot time at the batch this load gives).
+   Sparse long-prompt traffic spread over many replicas queues far less than R
+   independent M/G/1 queues would say.
 2. **Slots** (R·slots servers behind the router, each request holding one for its prefill,
    prefill wait and decode at full batch): square-root staffing in the Halfin-Whitt
    regime. With offered load a = λ·E[slot time] and β = (N − a)/√a, the probability of
@@ -24,6 +29,12 @@ conditions, each from first principles, and the count is the smallest R meeting 
    Queueing formulas assume arrivals that are Poisson at the level; real traffic
    clumps at the SLO's time scale, and this is the term that pays for it, in proportion
    to how clumped it was measured to be.
+
+The wait tail is Σ weight·exp(−rate·t) (conditions 1 and 2). With the prompt mix and the
+TTFT SLO, each request has its own budget: a prompt of prefill s misses when its wait
+exceeds ttft − s, and prompts whose prefill alone exceeds the SLO are not counted (no
+count of replicas helps them). The predicted late share averages the tail over the
+prompt histogram's buckets; without a mix, every request gets the wait budget.
 
 The arrival rate is the forecast's upper bound over the lead time (the caller's choice);
 everything else is the learned model. Pure.
@@ -51,6 +62,9 @@ class SizingInputs:
     # The level the peak-to-mean ratio is relative to (the forecast's upper bound or the
     # smoothed rate, not one tick's rate, which may already be a peak); None: the rate.
     level_per_s: float | None = None
+    # The TTFT SLO: with the model's prompt mix, each request's own wait budget is the
+    # SLO less its own prefill; None (or no mix): every request gets `wait_budget_s`.
+    ttft_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,15 +77,41 @@ class Sizing:
     slot_utilization: float
 
 
+@dataclass(frozen=True, slots=True)
+class WaitTail:
+    """P(wait > t) ≈ Σ weight·exp(−rate·t): the prefill queue's term and the slots' term."""
+
+    terms: tuple[tuple[float, float], ...]  # (weight, rate per s)
+
+    def above(self, wait_s: float) -> float:
+        return min(1.0, sum(w * math.exp(-r * wait_s) for w, r in self.terms))
+
+    def above_uniform(self, low_s: float, high_s: float) -> float:
+        """The mean of above(t) for t uniform in [low_s, high_s]."""
+        if high_s <= low_s:
+            return self.above(low_s)
+        width = high_s - low_s
+        total = 0.0
+        for weight, rate in self.terms:
+            if rate * width < 1e-9:
+                total += weight * math.exp(-rate * low_s)
+            else:
+                total += (
+                    weight * (math.exp(-rate * low_s) - math.exp(-rate * high_s)) / (rate * width)
+                )
+        return min(1.0, total)
+
+
 def predicted_tail(
     model: ReplicaView, inputs: SizingInputs, replicas: int
 ) -> tuple[float, float | None, float, bool]:
-    """(P(wait > budget), prefill ρ, slot utilisation, burst fits) at `replicas`."""
+    """(share of requests late for a reason replicas fix, prefill ρ, slot utilisation,
+    burst fits) at `replicas`."""
     lam = inputs.arrival_rate_per_s
     budget_s = inputs.wait_budget_s
     factor = max(1e-3, inputs.capacity_factor)
     per_replica = lam / replicas
-    tail = 0.0
+    terms: list[tuple[float, float]] = []
     prefill_wait_s = 0.0
     rho: float | None = None
     prefill_s = model.prefill_s
@@ -83,8 +123,15 @@ def predicted_tail(
         if rho >= 1.0:
             return 1.0, rho, 1.0, False
         if rho > 0:
-            prefill_wait_s = per_replica * second_s2 / (2.0 * (1.0 - rho))
-            tail += rho * math.exp(-rho * budget_s / prefill_wait_s)
+            mg1_wait_s = per_replica * second_s2 / (2.0 * (1.0 - rho))
+            # The least-loaded router sends a request to an empty replica while there is
+            # one; it meets a busy prefill engine only when every replica holds a request.
+            occupied = _poisson_at_least(
+                lam * (_slot_time_at_load_s(model, lam, replicas) + mg1_wait_s) / factor,
+                replicas,
+            )
+            prefill_wait_s = occupied * mg1_wait_s
+            terms.append((occupied * rho, rho / mg1_wait_s))
     slot_s = (model.slot_time_s + prefill_wait_s) / factor
     servers = replicas * model.slots
     offered = lam * slot_s
@@ -93,8 +140,9 @@ def predicted_tail(
         if offered >= servers:
             return 1.0, rho, utilization, False
         beta = (servers - offered) / math.sqrt(offered)
-        wait_probability = _halfin_whitt(beta)
-        tail += wait_probability * math.exp(-(servers - offered) * budget_s / slot_s)
+        terms.append((_halfin_whitt(beta), (servers - offered) / slot_s))
+    tail = WaitTail(tuple(terms))
+    late = _late_share(tail, model, inputs, factor)
     # Bursts: one tick's requests at the peak-to-mean ratio.
     level_per_s = lam if inputs.level_per_s is None else inputs.level_per_s
     burst = inputs.peak_to_mean * level_per_s * inputs.tick_s / replicas
@@ -108,7 +156,34 @@ def predicted_tail(
     turns = window_s / slot_s if slot_s > 0 else math.inf
     available = (servers - offered) * max(1.0, turns) + offered * min(1.0, turns)
     fits = fits and burst * replicas <= available
-    return min(1.0, tail), rho, utilization, fits
+    return late, rho, utilization, fits
+
+
+def _late_share(tail: WaitTail, model: ReplicaView, inputs: SizingInputs, factor: float) -> float:
+    """The share of all requests whose wait makes them miss the TTFT SLO.
+
+    With the prompt mix, a request of prefill s misses when its wait exceeds ttft − s;
+    prompts whose prefill alone exceeds the SLO are lost whatever the count and are not
+    counted. Within a bucket, lengths are taken as uniform (the histogram's own
+    interpolation). Without it, every request is given `wait_budget_s`.
+    """
+    ttft_s = inputs.ttft_s
+    speed = model.prefill_tokens_per_s
+    if ttft_s is None or speed is None or not model.prompt_mix:
+        return tail.above(inputs.wait_budget_s)
+    speed *= factor
+    limit_tokens = ttft_s * speed
+    late = 0.0
+    for low, high, share in model.prompt_mix:
+        if low >= limit_tokens:
+            continue
+        top = min(high, limit_tokens)
+        if math.isinf(high):
+            top = low  # unbounded bucket: its lower edge
+        part = share if math.isinf(high) else share * (top - low) / (high - low)
+        # Budgets from ttft − top/speed to ttft − low/speed.
+        late += part * tail.above_uniform(ttft_s - top / speed, ttft_s - low / speed)
+    return min(1.0, late)
 
 
 def size(model: ReplicaView, inputs: SizingInputs, max_replicas: int) -> Sizing:
@@ -169,6 +244,30 @@ def _binding(model: ReplicaView, inputs: SizingInputs, replicas: int) -> str:
     if rho is not None and rho >= utilization:
         return "prefill"
     return "slots"
+
+
+def _slot_time_at_load_s(model: ReplicaView, arrival_rate_per_s: float, replicas: int) -> float:
+    """How long a request holds a slot with the decode batch that this load gives each
+    replica (Little's law, b = λ·T/R, one fixed-point step from b = 1), not a full one."""
+    if model.prefill_s is None:
+        return model.slot_time_s
+    at_one_s = model.prefill_s + model.output_tokens_mean * model.tpot_s(1.0)
+    batch = min(float(model.slots), max(1.0, arrival_rate_per_s * at_one_s / replicas))
+    return model.prefill_s + model.output_tokens_mean * model.tpot_s(batch)
+
+
+def _poisson_at_least(mean: float, count: int) -> float:
+    """P(N ≥ count) for N ~ Poisson(mean): the requests in the system (M/G/∞) when the
+    slots are far from full, which is when an empty replica can exist at all."""
+    if count <= 0:
+        return 1.0
+    if mean <= 0:
+        return 0.0
+    log_mean = math.log(mean)
+    logs = [k * log_mean - mean - math.lgamma(k + 1) for k in range(count)]
+    top = max(logs)
+    below = math.exp(top) * sum(math.exp(x - top) for x in logs)
+    return min(1.0, max(0.0, 1.0 - below))
 
 
 def _halfin_whitt(beta: float) -> float:

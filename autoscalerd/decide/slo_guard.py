@@ -2,9 +2,12 @@
 
 A request's TTFT is its wait (router queue + engine queue) plus its own prefill. More
 replicas shorten the wait, never the prefill: a 60,000-token prompt that takes 4 s to
-prefill misses a 1 s TTFT SLO on an idle cluster. So the guard counts a request as bad
-when its *wait* exceeded the wait budget, read from the queue-wait histogram (vLLM's
-queue time, Serve's router fulfilment time), never from raw TTFT.
+prefill misses a 1 s TTFT SLO on an idle cluster. So the guard counts as bad only the
+misses replicas could have avoided: with vLLM's TTFT and prompt-length histograms, the
+TTFT misses less the prompts whose prefill alone exceeds the SLO (`controllable_misses`,
+TTFT minus the request's own prefill, counted over the tick); without them, the waits
+over the wait budget in the queue-wait histogram (vLLM's queue time, Serve's router
+fulfilment time). Never raw TTFT.
 
 Those counts make an error budget: with attainment target A, a share ε = 1 − A of
 requests may be bad. Burn rate = bad share / ε over two windows (exponentially weighted,
@@ -14,6 +17,8 @@ pages on). While the fast window burns above 1, no scale-down.
 The same counts calibrate the replica model. Each tick the sizing's queueing formulas
 predict the share of requests that should be over the budget at the replicas actually
 running; over the slow window, observed bad / predicted bad is the model's calibration
+(only over ticks where the model predicts less than `_SATURATED` of requests late: in an
+overload, both sides are near 1 and say nothing about the tail at a working count)
 (with a few pseudo-events on each side, so that it starts at 1 and moves only on
 evidence). The sizing then aims at ε / calibration: a model that predicts 4 % where 0.5 %
 is seen (heavy-tailed prompts behind a least-loaded router) is trusted for the shape of
@@ -42,6 +47,8 @@ _PSEUDO_BAD = 3.0
 # Requests a window must hold before its burn rate counts: below, one bad request in a
 # quiet hour would read as a fire.
 _MIN_REQUESTS = 20.0
+# A predicted share over the budget above this is an overload: not evidence for the tail.
+_SATURATED = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +56,9 @@ class GuardState:
     # (requests, bad requests), forgotten over each window.
     fast: Sums = field(default_factory=lambda: Sums((0.0, 0.0)))
     slow: Sums = field(default_factory=lambda: Sums((0.0, 0.0)))
-    # Bad requests the model predicted at the replicas running, over the slow window.
-    predicted: Sums = field(default_factory=lambda: Sums((0.0,)))
+    # (bad requests seen, bad requests the model predicted at the replicas running), over
+    # the slow window, on the ticks the model's prediction was a tail, not an overload.
+    calibrating: Sums = field(default_factory=lambda: Sums((0.0, 0.0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,28 +81,54 @@ def wait_budget_s(
     return max(ttft_s - (prefill_mean_s or 0.0), 0.5 * ttft_s)
 
 
+def controllable_misses(
+    ttfts: Histogram | None,
+    prompts: Histogram | None,
+    ttft_s: float | None,
+    prefill_tokens_per_s: float | None,
+) -> tuple[float, float] | None:
+    """(requests, misses replicas could have avoided) this tick: TTFT over the SLO, less
+    the prompts whose prefill alone takes longer than the SLO. None without the inputs."""
+    if ttfts is None or prompts is None or ttft_s is None or not prefill_tokens_per_s:
+        return None
+    if not (ttfts.sane and prompts.sane) or ttfts.total <= 0:
+        return None
+    missed = ttfts.count_above(ttft_s)
+    hopeless = prompts.count_above(ttft_s * prefill_tokens_per_s)
+    return ttfts.total, max(0.0, missed - hopeless)
+
+
+def waits_over_budget(
+    waits: Histogram | None, budget_s: float | None
+) -> tuple[float, float] | None:
+    """(requests, waits over the budget) this tick, from the queue-wait histogram."""
+    if waits is None or budget_s is None or not waits.sane or waits.total <= 0:
+        return None
+    return waits.total, waits.count_above(budget_s)
+
+
 def update(
     state: GuardState,
-    waits: Histogram | None,
-    budget_s: float | None,
+    counts: tuple[float, float] | None,
     predicted_share: float | None,
     share: float,
     fast_window_s: float,
     slow_window_s: float,
     now_s: float,
 ) -> tuple[GuardState, GuardVerdict]:
-    """Fold in this tick's waits and the model's predicted share over budget for them."""
-    fast, slow, predicted = state.fast, state.slow, state.predicted
-    if waits is not None and budget_s is not None and waits.total > 0:
-        bad = waits.count_above(budget_s)
-        fast = fast.add(now_s, fast_window_s, waits.total, bad)
-        slow = slow.add(now_s, slow_window_s, waits.total, bad)
-        if predicted_share is not None:
-            predicted = predicted.add(now_s, slow_window_s, waits.total * predicted_share)
+    """Fold in this tick's (requests, bad requests) and the model's predicted bad share."""
+    fast, slow, calibrating = state.fast, state.slow, state.calibrating
+    if counts is not None:
+        total, bad = counts
+        fast = fast.add(now_s, fast_window_s, total, bad)
+        slow = slow.add(now_s, slow_window_s, total, bad)
+        if predicted_share is not None and predicted_share < _SATURATED:
+            calibrating = calibrating.add(now_s, slow_window_s, bad, total * predicted_share)
     slow_now = slow.decayed(now_s, slow_window_s)
     burn_fast = _burn(fast.decayed(now_s, fast_window_s), share)
     burn_slow = _burn(slow_now, share)
-    raw = (slow_now[1] + _PSEUDO_BAD) / (predicted.decayed(now_s, slow_window_s)[0] + _PSEUDO_BAD)
+    seen, predicted = calibrating.decayed(now_s, slow_window_s)
+    raw = (seen + _PSEUDO_BAD) / (predicted + _PSEUDO_BAD)
     calibration = min(CALIBRATION_MAX, max(CALIBRATION_MIN, raw))
     verdict = GuardVerdict(
         burn_fast=burn_fast,
@@ -103,7 +137,7 @@ def update(
         mismatch=raw <= CALIBRATION_MIN or raw >= CALIBRATION_MAX,
         blocks_scale_down=burn_fast is not None and burn_fast > 1.0,
     )
-    return GuardState(fast=fast, slow=slow, predicted=predicted), verdict
+    return GuardState(fast=fast, slow=slow, calibrating=calibrating), verdict
 
 
 def _burn(window: tuple[float, ...], share: float) -> float | None:

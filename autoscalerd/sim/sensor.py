@@ -118,10 +118,11 @@ class SimSensor:
             (counters.decode_s - oldest.decode_s) / decoded_tokens if decoded_tokens > 0 else None
         )
         batch_mean = sum(self._batches) / len(self._batches) if self._batches else None
-        waits = tuple(
-            float(a - b)
-            for a, b in zip(counters.queue_wait_buckets, previous.queue_wait_buckets, strict=True)
-        )
+
+        def tick_counts(now: tuple[int, ...], then: tuple[int, ...]) -> tuple[float, ...]:
+            return tuple(float(a - b) for a, b in zip(now, then, strict=True))
+
+        waits = tick_counts(counters.queue_wait_buckets, previous.queue_wait_buckets)
 
         return Observation(
             deployment=self._deployment,
@@ -152,6 +153,14 @@ class SimSensor:
             tpot_mean_s=reading(tpot_mean_s),
             decode_batch_mean=reading(batch_mean if tpot_mean_s is not None else None),
             queue_wait_histogram=Histogram(TTFT_BUCKETS_S, waits, now_s),
+            ttft_histogram=Histogram(
+                TTFT_BUCKETS_S, tick_counts(counters.ttft_buckets, previous.ttft_buckets), now_s
+            ),
+            prompt_tokens_histogram=Histogram(
+                PROMPT_TOKEN_BUCKETS,
+                tick_counts(counters.prompt_token_buckets, previous.prompt_token_buckets),
+                now_s,
+            ),
             ongoing_requests=Reading(float(gauges.ongoing_requests), now_s),
             queued_requests=Reading(float(gauges.queued_requests), now_s),
             running_replicas=Reading(float(gauges.running_replicas), now_s),
