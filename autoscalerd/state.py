@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 FORMAT = "autoscalerd-state"
 # Bump on any change an older or newer daemon could misread; a mismatch sets the file aside.
-FORMAT_VERSION = 1
+# 2: the decision core v2 (replica model, burst shape, SLO guard sums).
+FORMAT_VERSION = 2
 # A deployment not seen since the start is carried over from the file it came from for this
 # long, so that a deployment briefly absent (redeployed) keeps its forecaster.
 CARRY_UNSEEN_S = 7 * 24 * 3600.0

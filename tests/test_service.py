@@ -310,7 +310,7 @@ def test_sighup_rejects_a_bad_config_whole_then_applies_a_good_one(
     trace = write_trace(tmp_path / "trace.csv", [(900, 36.0)])
     port = free_port()
     state = tmp_path / "state.json"
-    state.write_text('{"format": "autoscalerd-state", "version": 1, "saved_at_s": "soon"}')
+    state.write_text('{"format": "autoscalerd-state", "version": 2, "saved_at_s": "soon"}')
     config = write_config(tmp_path / "config.yaml", trace, port, state)
     good = yaml.safe_load(config.read_text())
     with running(config, port, service_env, speed=2) as daemon:

@@ -119,18 +119,18 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
         ('["a"]', "not an autoscalerd state file"),
         ('{"format": "autoscalerd-state", "version": 99}', "format version 99"),
         (
-            '{"format": "autoscalerd-state", "version": 1, "saved_at_s": 1, "saved_wall_s": 1,'
+            '{"format": "autoscalerd-state", "version": 2, "saved_at_s": 1, "saved_wall_s": 1,'
             ' "deployments": {"a": {"saved_at_s": 1, "state": {"target_replicas": "3",'
             ' "started_at_s": 0}}}}',
             "deployments.a.state.target_replicas: expected an integer",
         ),
         (
-            '{"format": "autoscalerd-state", "version": 1, "saved_at_s": 1, "saved_wall_s": 1,'
+            '{"format": "autoscalerd-state", "version": 2, "saved_at_s": 1, "saved_wall_s": 1,'
             ' "surprise": true}',
             "surprise: unknown field",
         ),
         (
-            '{"format": "autoscalerd-state", "version": 1, "saved_at_s": 1, "saved_wall_s": 1,'
+            '{"format": "autoscalerd-state", "version": 2, "saved_at_s": 1, "saved_wall_s": 1,'
             ' "deployments": {"a": {"saved_at_s": 1, "state": {"target_replicas": -2,'
             ' "started_at_s": 0}}}}',
             "target_replicas: negative",
