@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from autoscalerd import state
 from autoscalerd.config import Config, DeploymentConfig, StateConfig
 from autoscalerd.decide import policy
+from autoscalerd.decide.forgetting import Sums
 from autoscalerd.forecast.holt_winters import FittedModel, ForecasterState
 from autoscalerd.model import DeploymentState, Observation, Reading, Reason
 
@@ -95,9 +97,15 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
         errors=(0.5, -0.5),
         ewma_rate_per_s=2.25,
     )
+    decided = busy_then_quiet()
+    learned = dataclasses.replace(
+        decided.replica_model,
+        prompt_mix=Sums((3.0, 5.0, 1.0), updated_at_s=140.0, samples=9),
+        prompt_bounds=(100.0, 1000.0),
+    )
     saved = state.SavedDeployment(
         saved_at_s=150.0,
-        state=busy_then_quiet().with_(forecaster=forecaster),
+        state=decided.with_(forecaster=forecaster, replica_model=learned),
         paused=True,
         override_replicas=4,
         override_until_s=900.0,
