@@ -142,8 +142,12 @@ def decide(
     # What the model predicts for the replicas running now: the guard compares it with
     # what the waits say, and calibrates the sizing's tail share.
     running = obs.fresh("running_replicas", now_s, max_age_s)
+    # Only at a settled count: while replicas start, the backlog that asked for them is
+    # still draining, which no steady-state formula describes.
     predicted_share: float | None = None
-    if running and r.rate_obs_per_s is not None and cfg.capacity.sizing == "model":
+    starting = obs.fresh("starting_replicas", now_s, max_age_s)
+    settled = starting is not None and starting == 0
+    if settled and running and r.rate_obs_per_s is not None and cfg.capacity.sizing == "model":
         now_inputs = sizing.SizingInputs(
             r.rate_obs_per_s, 0.0, tick_s, budget_s, share, capacity_factor, ttft_s=slo.ttft_s
         )
