@@ -109,6 +109,9 @@ class Observation:
     # misses that replicas can fix.
     ttft_histogram: Histogram | None = None
     prompt_tokens_histogram: Histogram | None = None
+    # Serve's router wait alone (request_router_fulfillment_time), where the TTFT above is
+    # the engine's and does not include it.
+    router_wait_histogram: Histogram | None = None
 
     def fresh(self, name: str, now_s: float, max_age_s: float) -> float | None:
         """The value of field `name` if it is known, sane and no older than `max_age_s`.

@@ -139,6 +139,11 @@ def decide(
     )
     if counts is None:
         counts = slo_guard.waits_over_budget(fresh_histogram(obs.queue_wait_histogram), budget_s)
+    # An engine's TTFT does not include the wait at Serve's router before it: the misses
+    # are at least the router waits over budget.
+    counts = slo_guard.at_least(
+        counts, slo_guard.waits_over_budget(fresh_histogram(obs.router_wait_histogram), budget_s)
+    )
     # What the model predicts for the replicas running now: the guard compares it with
     # what the waits say, and calibrates the sizing's tail share.
     running = obs.fresh("running_replicas", now_s, max_age_s)

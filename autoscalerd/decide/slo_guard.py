@@ -107,6 +107,15 @@ def waits_over_budget(
     return waits.total, waits.count_above(budget_s)
 
 
+def at_least(
+    counts: tuple[float, float] | None, other: tuple[float, float] | None
+) -> tuple[float, float] | None:
+    """Two counts of the same requests' misses by different evidence: the larger of each."""
+    if counts is None or other is None:
+        return counts if other is None else other
+    return max(counts[0], other[0]), max(counts[1], other[1])
+
+
 def update(
     state: GuardState,
     counts: tuple[float, float] | None,

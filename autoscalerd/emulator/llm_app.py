@@ -1,15 +1,18 @@
 """An LLM-emulating Ray Serve app: replicas that take as long as a continuous-batching server.
 
-A request `{"prompt_tokens": N, "output_tokens": M}` is held for
-`N / prefill_tokens_per_s + M · tpot(b)`, where b is the replica's batch (its ongoing
-requests) when the request starts and `tpot(b) = tpot_s · (1 + tpot_slope · (b − 1))`:
-the simulator's service model, so a demo on real Ray and a backtest agree. Replicas ask
-for logical GPUs, so more replicas need more (fake) GPU nodes.
+A request `{"prompt_tokens": N, "output_tokens": M}` waits for the replica's one prefill
+engine (first come, first served), is prefilled in `N / prefill_tokens_per_s`, then
+decodes M tokens at `tpot(b) = tpot_s · (1 + tpot_slope · (b − 1))`, b the requests
+decoding when its decode starts: the simulator's service model, so a demo on real Ray and
+a backtest agree. Replicas ask for logical GPUs, so more replicas need more (fake) GPU
+nodes.
 
 Replicas export the vLLM series a vLLM engine in a Serve replica exports through Ray
 (`ray_vllm_num_requests_running`, `ray_vllm_time_to_first_token_seconds`,
-`ray_vllm_prompt_tokens_total`, ...), so the sensor's token-weighted load and TTFT paths
-run against a real cluster too.
+`ray_vllm_prompt_tokens_total`, `ray_vllm_request_queue_time_seconds`,
+`ray_vllm_request_prefill_time_seconds`, `ray_vllm_request_prompt_tokens`,
+`ray_vllm_time_per_output_token_seconds`, `ray_vllm_request_success_total`), so the
+sensor's replica-model and TTFT paths run against a real cluster too.
 
 Deploy with external scaling, so autoscalerd owns the replica count:
 
@@ -38,6 +41,9 @@ DEPLOYMENT_NAME = "LlmReplica"
 MODEL_NAME = "emulated-llm"
 # vLLM's default TTFT buckets (seconds), trimmed to the emulator's range.
 _LATENCY_BUCKETS_S = [0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0]
+# vLLM's 1-2-5 token buckets and its time-per-output-token buckets.
+_TOKEN_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000]
+_TPOT_BUCKETS_S = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +73,6 @@ class ServiceModel:
             max_output_tokens=int(args.get("max_output_tokens", model.max_output_tokens)),
         )
 
-    def service_time_s(self, prompt_tokens: int, output_tokens: int, batch: int) -> float:
-        prefill_s = prompt_tokens / self.prefill_tokens_per_s
-        tpot_s = self.tpot_s * (1.0 + self.tpot_slope * max(0, batch - 1))
-        return prefill_s + output_tokens * tpot_s
-
 
 class LlmReplica:
     """One emulated inference server; its batch is the requests it holds right now."""
@@ -79,6 +80,9 @@ class LlmReplica:
     def __init__(self, model: Mapping[str, Any] | None = None) -> None:
         self._model = ServiceModel.from_args(model or {})
         self._ongoing = 0
+        self._decoding = 0
+        # The one prefill engine; asyncio's lock hands over first come, first served.
+        self._engine = asyncio.Lock()
         tags = {"model_name": MODEL_NAME}
         # Names as vLLM's Ray metrics wrapper spells them; Ray adds the `ray_` prefix.
         self._running = metrics.Gauge("vllm_num_requests_running", tag_keys=("model_name",))
@@ -87,17 +91,29 @@ class LlmReplica:
         self._generation_tokens = metrics.Counter(
             "vllm_generation_tokens", tag_keys=("model_name",)
         )
-        self._ttft = metrics.Histogram(
-            "vllm_time_to_first_token_seconds",
-            boundaries=_LATENCY_BUCKETS_S,
-            tag_keys=("model_name",),
-        )
+
+        def histogram(name: str, bounds: list[float] | list[int]) -> metrics.Histogram:
+            return metrics.Histogram(
+                name, boundaries=[float(b) for b in bounds], tag_keys=("model_name",)
+            )
+
+        self._ttft = histogram("vllm_time_to_first_token_seconds", _LATENCY_BUCKETS_S)
+        self._queue_time = histogram("vllm_request_queue_time_seconds", _LATENCY_BUCKETS_S)
+        self._prefill_time = histogram("vllm_request_prefill_time_seconds", _LATENCY_BUCKETS_S)
+        self._prompt_length = histogram("vllm_request_prompt_tokens", _TOKEN_BUCKETS)
+        self._tpot = histogram("vllm_time_per_output_token_seconds", _TPOT_BUCKETS_S)
+        self._success = metrics.Counter("vllm_request_success", tag_keys=("model_name",))
         for metric in (
             self._running,
             self._waiting,
             self._prompt_tokens,
             self._generation_tokens,
             self._ttft,
+            self._queue_time,
+            self._prefill_time,
+            self._prompt_length,
+            self._tpot,
+            self._success,
         ):
             metric.set_default_tags(tags)
         self._running.set(0)
@@ -115,25 +131,41 @@ class LlmReplica:
         ):
             return JSONResponse({"error": "token counts out of range"}, 400)
         started_s = time.monotonic()
+        model = self._model
         self._ongoing += 1
-        self._running.set(self._ongoing)
+        self._waiting.set(self._ongoing - self._decoding)
         self._prompt_tokens.inc(prompt_tokens)
+        prefill_s = prompt_tokens / model.prefill_tokens_per_s
         try:
-            prefill_s = prompt_tokens / self._model.prefill_tokens_per_s
-            total_s = self._model.service_time_s(prompt_tokens, output_tokens, self._ongoing)
-            await asyncio.sleep(prefill_s)
-            self._ttft.observe(time.monotonic() - started_s)
-            await asyncio.sleep(max(0.0, total_s - prefill_s))
+            async with self._engine:
+                queued_s = time.monotonic() - started_s
+                await asyncio.sleep(prefill_s)
+            ttft_s = time.monotonic() - started_s
+            self._queue_time.observe(queued_s)
+            self._prefill_time.observe(prefill_s)
+            self._prompt_length.observe(float(prompt_tokens))
+            self._ttft.observe(ttft_s)
+            self._decoding += 1
+            self._running.set(self._decoding)
+            self._waiting.set(self._ongoing - self._decoding)
+            try:
+                tpot_s = model.tpot_s * (1.0 + model.tpot_slope * max(0, self._decoding - 1))
+                await asyncio.sleep(output_tokens * tpot_s)
+            finally:
+                self._decoding -= 1
             if output_tokens:
                 self._generation_tokens.inc(output_tokens)
+                self._tpot.observe(tpot_s)
+            self._success.inc()
         finally:
             self._ongoing -= 1
-            self._running.set(self._ongoing)
+            self._running.set(self._decoding)
+            self._waiting.set(self._ongoing - self._decoding)
         return JSONResponse(
             {
                 "prompt_tokens": prompt_tokens,
                 "output_tokens": output_tokens,
-                "ttft_s": round(prefill_s, 6),
+                "ttft_s": round(ttft_s, 6),
                 "e2e_s": round(time.monotonic() - started_s, 6),
             }
         )

@@ -195,6 +195,24 @@ class HistogramAccumulator:
 
     def quantile(self, q: float, window_s: float) -> float | None:
         """The q-quantile of the observations in about the last `window_s`; None if none."""
+        buckets = self._cumulative(window_s)
+        return histogram_quantile(q, buckets) if buckets is not None else None
+
+    def increase(self, window_s: float) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+        """(finite upper bounds, observations per bucket with +Inf last) added in about
+        the last `window_s`, not cumulative; None before two rounds or without a +Inf."""
+        buckets = self._cumulative(window_s)
+        if not buckets or not math.isinf(buckets[-1][0]):
+            return None
+        counts: list[float] = []
+        below = 0.0
+        for _, cumulative in buckets:
+            cumulative = max(cumulative, below)  # series vanishing mid-window dip
+            counts.append(cumulative - below)
+            below = cumulative
+        return tuple(bound for bound, _ in buckets[:-1]), tuple(counts)
+
+    def _cumulative(self, window_s: float) -> list[tuple[float, float]] | None:
         if len(self._history) < 2:
             return None
         end_s, end = self._history[-1]
@@ -204,8 +222,7 @@ class HistogramAccumulator:
                 start = totals
             else:
                 break
-        buckets = [(bound, end.get(bound, 0.0) - start.get(bound, 0.0)) for bound in self._bounds]
-        return histogram_quantile(q, buckets)
+        return [(bound, end.get(bound, 0.0) - start.get(bound, 0.0)) for bound in self._bounds]
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,9 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from autoscalerd import logs
 from autoscalerd.config import Config, plugin_settings
 from autoscalerd.dashboard import DashboardClient, DashboardError, find_token
-from autoscalerd.model import Observation, Reading
+from autoscalerd.model import Histogram, Observation, Reading
 from autoscalerd.sense import serve_metrics as sm
 from autoscalerd.sense.base import DeploymentInfo, SenseResult
+from autoscalerd.sense.moments import second_moment
 from autoscalerd.sense.prometheus import MetricsParseError, parse
 from autoscalerd.sense.serve_api import (
     MetricsTarget,
@@ -387,11 +389,79 @@ class RayServeSensor:
             put("e2e_p99_s", book.quantile(name, sm.VLLM_E2E_S, P99, look_back_s), round_s)
         put("ttft_p99_s", book.quantile(name, sm.VLLM_TTFT_S, P99, look_back_s), round_s)
         wait_ms = book.quantile(name, sm.ROUTER_WAIT_MS, P99, look_back_s)
-        put("queue_wait_p99_s", wait_ms / 1000.0 if wait_ms is not None else None, round_s)
+        wait_s = wait_ms / 1000.0 if wait_ms is not None else None
+        # Serve records a request's router wait only once a replica takes it: the ones
+        # still queued are invisible exactly when it matters. A request joining the queue
+        # now waits about queued / completions per second (FIFO drain), so that is a
+        # lower bound on the wait p99 while a backlog stands.
+        completions = book.rate_per_s(name, sm.REPLICA_COMPLETIONS, window_s)
+        if queued is not None and queued.total > 0:
+            backlog_s = queued.total / completions if completions else math.inf
+            backlog_s = min(backlog_s, look_back_s)  # nothing finished: at least that long
+            wait_s = backlog_s if wait_s is None else max(wait_s, backlog_s)
+        put("queue_wait_p99_s", wait_s, round_s)
+        self._replica_model_inputs(name, dep, fields, round_s, window_s, look_back_s)
         kv = book.gauge(name, sm.VLLM_KV_CACHE)
         if kv is not None and kv.series:
             put("kv_cache_usage_ratio", kv.mean, kv.at_s)
         return Observation(deployment=name, sensed_at_s=self._wall(), **fields)
+
+    def _replica_model_inputs(
+        self,
+        name: str,
+        dep: ServeDeployment,
+        fields: dict[str, Any],
+        round_s: float,
+        window_s: float,
+        look_back_s: float,
+    ) -> None:
+        """vLLM's series where the replicas export them: the replica model's inputs and the
+        per-tick histograms the SLO guard counts misses from."""
+        book = self._book
+
+        def put(field: str, value: float | None) -> None:
+            if value is not None and math.isfinite(value) and value >= 0:
+                fields[field] = Reading(value, round_s)
+
+        if book.has(name, sm.VLLM_PROMPT_TOKENS):
+            put("prompt_token_rate_per_s", book.rate_per_s(name, sm.VLLM_PROMPT_TOKENS, window_s))
+        if book.has(name, sm.VLLM_GENERATION_TOKENS):
+            put(
+                "output_token_rate_per_s",
+                book.rate_per_s(name, sm.VLLM_GENERATION_TOKENS, window_s),
+            )
+        if book.has(name, sm.VLLM_PREFILL_S):
+            put(
+                "prefill_seconds_per_s", book.rate_per_s(name, sm.VLLM_PREFILL_S + sm.SUM, window_s)
+            )
+            put(
+                "prefilled_request_rate_per_s",
+                book.rate_per_s(name, sm.VLLM_PREFILL_S + sm.COUNT, window_s),
+            )
+        if book.has(name, sm.VLLM_TPOT_S):
+            tpot_s = book.mean(name, sm.VLLM_TPOT_S, look_back_s)
+            put("tpot_mean_s", tpot_s)
+            running = book.gauge(name, sm.VLLM_RUNNING)
+            if tpot_s is not None and running is not None and dep.running_replicas:
+                put("decode_batch_mean", running.total / dep.running_replicas)
+        lengths = book.increase(name, sm.VLLM_PROMPT_LENGTH, look_back_s)
+        if lengths is not None:
+            put(
+                "prompt_tokens_sq_mean",
+                second_moment(lengths[0], lengths[1], (0.0,) * len(lengths[1])),
+            )
+        # The last round's observations, for the guard's counts.
+        # Any window inside the last round's gap reaches back to the previous round.
+        tick_s = 0.5 * book.round_s if book.round_s else window_s
+        for field, signal, scale in (
+            ("ttft_histogram", sm.VLLM_TTFT_S, 1.0),
+            ("prompt_tokens_histogram", sm.VLLM_PROMPT_LENGTH, 1.0),
+            ("router_wait_histogram", sm.ROUTER_WAIT_MS, 0.001),
+        ):
+            increase = book.increase(name, signal, tick_s)
+            if increase is not None:
+                bounds, counts = increase
+                fields[field] = Histogram(tuple(b * scale for b in bounds), counts, round_s)
 
 
 def _info(dep: ServeDeployment, state_at_s: float) -> DeploymentInfo:

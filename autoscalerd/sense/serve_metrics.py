@@ -52,8 +52,15 @@ VLLM_TTFT_S = "vllm_ttft_s"
 VLLM_E2E_S = "vllm_e2e_s"
 VLLM_PROMPT_TOKENS = "vllm_prompt_tokens"
 VLLM_GENERATION_TOKENS = "vllm_generation_tokens"
+VLLM_QUEUE_S = "vllm_queue_s"  # waiting for the engine (scheduler queue), per request
+VLLM_PREFILL_S = "vllm_prefill_s"  # prefill time per request
+VLLM_PROMPT_LENGTH = "vllm_prompt_length"  # prompt tokens per request (histogram)
+VLLM_TPOT_S = "vllm_tpot_s"  # time per output token
+VLLM_SUCCESS = "vllm_success"  # finished requests
 
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
+# A histogram's _sum and _count series, kept as counters under the signal plus this.
+SUM, COUNT = ":sum", ":count"
 
 _SERVE = {
     "ray_serve_num_router_requests": (ROUTER_REQUESTS, COUNTER),
@@ -74,6 +81,11 @@ _VLLM = {
     "e2e_request_latency_seconds": (VLLM_E2E_S, HISTOGRAM),
     "prompt_tokens": (VLLM_PROMPT_TOKENS, COUNTER),
     "generation_tokens": (VLLM_GENERATION_TOKENS, COUNTER),
+    "request_queue_time_seconds": (VLLM_QUEUE_S, HISTOGRAM),
+    "request_prefill_time_seconds": (VLLM_PREFILL_S, HISTOGRAM),
+    "request_prompt_tokens": (VLLM_PROMPT_LENGTH, HISTOGRAM),
+    "time_per_output_token_seconds": (VLLM_TPOT_S, HISTOGRAM),
+    "request_success": (VLLM_SUCCESS, COUNTER),
 }
 FAMILIES: dict[str, tuple[str, str]] = {
     **_SERVE,
@@ -151,6 +163,7 @@ class MetricsBook:
         self._gauges: dict[str, tuple[float, dict[tuple[str, str], tuple[float, int]]]] = {}
         self._signals: dict[str, set[str]] = {}
         self.last_mark_s: float | None = None
+        self.round_s: float | None = None  # seconds between the last two rounds
         self.rounds = 0
         self.serve_samples_last_round = 0
         self._round_serve_samples = 0
@@ -188,6 +201,12 @@ class MetricsBook:
                 key = (target, sample.name, label_key(sample.labels))
                 grew = self._deltas.advance(key, sample.value, count)
                 self._counter(deployment, signal).add(grew)
+            elif sample.name.endswith(("_sum", "_count")) and family != sample.name:
+                # A histogram's sum and count grow like counters.
+                part = SUM if sample.name.endswith("_sum") else COUNT
+                key = (target, sample.name, label_key(sample.labels))
+                grew = self._deltas.advance(key, sample.value, count)
+                self._counter(deployment, signal + part).add(grew)
             elif sample.name.endswith("_bucket") and _HISTOGRAM_BOUND in sample.labels:
                 bound = _bound(sample.labels[_HISTOGRAM_BOUND])
                 if bound is None:
@@ -217,6 +236,7 @@ class MetricsBook:
             else:
                 histogram.mark(at_s)
         self._deltas.end_round()
+        self.round_s = None if gap or self.last_mark_s is None else at_s - self.last_mark_s
         self.last_mark_s = at_s
         self.rounds += 1
         self.serve_samples_last_round = self._round_serve_samples
@@ -254,6 +274,21 @@ class MetricsBook:
     def quantile(self, deployment: str, signal: str, q: float, window_s: float) -> float | None:
         histogram = self._histograms.get((deployment, signal))
         return histogram.quantile(q, window_s) if histogram is not None else None
+
+    def increase(
+        self, deployment: str, signal: str, window_s: float
+    ) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+        """A histogram's (bounds, per-bucket observations) over about `window_s`."""
+        histogram = self._histograms.get((deployment, signal))
+        return histogram.increase(window_s) if histogram is not None else None
+
+    def mean(self, deployment: str, signal: str, window_s: float) -> float | None:
+        """A histogram's mean over about `window_s`: its _sum's growth over its _count's."""
+        total = self.rate_per_s(deployment, signal + SUM, window_s)
+        count = self.rate_per_s(deployment, signal + COUNT, window_s)
+        if total is None or not count:
+            return None
+        return total / count
 
     def gauge(self, deployment: str, signal: str) -> GaugeValue | None:
         total, series, oldest_s = 0.0, 0, None

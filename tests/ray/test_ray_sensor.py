@@ -155,3 +155,60 @@ async def test_dead_dashboard_port_fails_fast_without_raising(ray_cluster: Local
     assert time.monotonic() - started < 2.0
     assert result.error is not None and "unreachable" in result.error
     assert "connection refused" in result.error
+
+
+async def test_learns_the_emulated_replica_from_its_vllm_series(llm_at_one: LocalCluster) -> None:
+    """The replica model from what the real sensor reads off the emulator's vLLM series:
+    prefill speed, time per output token, the prompt mix, and the per-tick histograms the
+    SLO guard counts misses from. The router backlog shows in the wait p99."""
+    from autoscalerd.config import ReplicaModelConfig
+    from autoscalerd.decide import replica_model, slo_guard
+
+    probe = sensor(llm_at_one)
+    stop = asyncio.Event()
+    # 3 requests/s at 2 slots of about 1 s each: a backlog at the router.
+    schedule = loadgen.constant_rate(3.0, 30.0, PROMPT_TOKENS, OUTPUT_TOKENS)
+    load = asyncio.ensure_future(loadgen.run(llm_at_one.serve_url + "/llm", schedule, stop=stop))
+    priors = ReplicaModelConfig()  # 8,000 prompt tokens/s, 30 ms per token: both wrong
+    state = replica_model.ReplicaModelState()
+    seen_backlog_wait = False
+    counted = 0.0
+    last_s: float | None = None
+    try:
+        deadline = time.monotonic() + 28.0
+        while time.monotonic() < deadline:
+            now_s = time.time()
+            result = await probe.sense(now_s)
+            obs = result.observations.get(LLM)
+            if obs is not None:
+                tick_s = now_s - last_s if last_s is not None else 1.0
+                state = replica_model.learn(state, obs, priors, now_s, tick_s, 10.0)
+                queued = obs.queued_requests.value if obs.queued_requests else 0.0
+                wait = obs.queue_wait_p99_s.value if obs.queue_wait_p99_s else 0.0
+                seen_backlog_wait |= queued > 0 and wait > 0.5
+                counts = slo_guard.controllable_misses(
+                    obs.ttft_histogram, obs.prompt_tokens_histogram, 1.0, 2000.0
+                )
+                if counts is not None:
+                    counted += counts[0]
+            last_s = now_s
+            await asyncio.sleep(0.5)
+    finally:
+        stop.set()
+        result_load = await load
+        await probe.close()
+    assert result_load.ok > 0
+    learned = replica_model.view(state, priors, time.time(), 1.0)
+    # The emulator: 2,000 prompt tokens/s (0.2 s per 400-token prompt), 20 ms per output
+    # token. Ray exports a histogram's _sum from its buckets, not the observations (0.2 s
+    # in the 0.1-0.25 s bucket reads 0.175 s; 20 ms in 10-20 ms reads 15 ms), so the
+    # learned values are as exact as the buckets: within them, and off the priors (8,000
+    # tokens/s, 30 ms).
+    assert 400 / 0.25 <= learned.prefill_tokens_per_s <= 400 / 0.1
+    assert learned.prompt_tokens_mean == pytest.approx(PROMPT_TOKENS, rel=0.15)
+    assert 0.01 <= learned.tpot_s(1.0) <= 0.02
+    assert learned.prompt_mix and all(
+        low <= PROMPT_TOKENS <= high for low, high, _ in learned.prompt_mix
+    )
+    assert counted > 10, "first tokens counted tick by tick from the TTFT histogram"
+    assert seen_backlog_wait, "requests queued at the router show in the wait p99"
