@@ -1,9 +1,17 @@
 """autoscalerd's own Prometheus metrics, fed by a Controller tick listener.
 
 Its own CollectorRegistry (not the process-global one), so a test or a second controller
-in one process never sees another's series. Names: `autoscalerd_` prefix, base units
-(seconds, per second), `_total` on counters. Rates are in the deployment's load unit
-(requests or tokens), named by the `load_unit` label.
+in one process never sees another's series; it also carries prometheus_client's process,
+platform and GC collectors. Names: `autoscalerd_` prefix, base units (seconds, per
+second), `_total` on counters. Rates are in the deployment's load unit (requests or
+tokens), named by the `load_unit` label.
+
+Per-deployment series carry `application` and `deployment` as two labels, as Ray Serve's
+own series do (`ray_serve_*{application="llm", deployment="LlmReplica"}`), so a PromQL
+join on both works without relabelling. autoscalerd's combined name `app/deployment`
+appears only where one key is needed: in logs, the HTTP API and the state file. Label
+values are bounded by the configured and discovered deployments, the reason codes and the
+actuator, sensor and error-kind names.
 """
 
 from __future__ import annotations
@@ -13,6 +21,9 @@ from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -27,6 +38,9 @@ from autoscalerd.model import Decision, Observation, Reading
 if TYPE_CHECKING:
     from autoscalerd.loop import Controller, DeploymentRuntime, TickReport
 
+# The labels of a per-deployment series: Ray Serve's two, not autoscalerd's combined name.
+_DEPLOYMENT = ["application", "deployment"]
+
 # Ticks are milliseconds when sensors answer at once, up to the sensor timeout otherwise.
 TICK_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 # A Holt-Winters fit takes milliseconds (Holt) to tens of seconds (a long seasonal window).
@@ -39,10 +53,12 @@ class Metrics:
         disable_created_metrics()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            r.register(collector)
         Gauge(
             "autoscalerd_build_info", "autoscalerd version (always 1)", ["version"], registry=r
         ).labels(__version__).set(1)
-        per_load = ["deployment", "load_unit"]
+        per_load = [*_DEPLOYMENT, "load_unit"]
         self.observed_rate = Gauge(
             "autoscalerd_observed_arrival_rate_per_second",
             "Arrival rate over look_back_period_s, in load_unit per second",
@@ -64,49 +80,49 @@ class Metrics:
         self.current_replicas = Gauge(
             "autoscalerd_current_replicas",
             "Replicas running, as the platform reports them (else the target in force)",
-            ["deployment"],
+            _DEPLOYMENT,
             registry=r,
         )
         self.desired_replicas = Gauge(
             "autoscalerd_desired_replicas",
             "Target replicas of the latest decision",
-            ["deployment"],
+            _DEPLOYMENT,
             registry=r,
         )
         self.applied_replicas = Gauge(
             "autoscalerd_applied_replicas",
             "Target replicas an actuator last confirmed",
-            ["deployment"],
+            _DEPLOYMENT,
             registry=r,
         )
         self.paused = Gauge(
             "autoscalerd_paused",
             "1 while an operator has paused the deployment",
-            ["deployment"],
+            _DEPLOYMENT,
             registry=r,
         )
         self.override = Gauge(
             "autoscalerd_override_replicas",
             "Replicas pinned by an operator override (absent when none)",
-            ["deployment"],
+            _DEPLOYMENT,
             registry=r,
         )
         self.decisions = Counter(
             "autoscalerd_decisions_total",
             "Decisions, counted once for each reason code they carry",
-            ["deployment", "reason"],
+            [*_DEPLOYMENT, "reason"],
             registry=r,
         )
         self.actuations = Counter(
             "autoscalerd_actuation_attempts_total",
             "Target changes handed to an actuator (idempotent no-ops excluded)",
-            ["actuator", "deployment"],
+            ["actuator", *_DEPLOYMENT],
             registry=r,
         )
         self.actuation_errors = Counter(
             "autoscalerd_actuation_errors_total",
             "Failed actuations by error kind (not_found, unavailable, timeout, ...)",
-            ["actuator", "deployment", "kind"],
+            ["actuator", *_DEPLOYMENT, "kind"],
             registry=r,
         )
         self.sensor_errors = Counter(
@@ -124,13 +140,13 @@ class Metrics:
         self.input_age = Gauge(
             "autoscalerd_input_age_seconds",
             "Age of each sensed input at the latest tick (staleness)",
-            ["deployment", "input"],
+            [*_DEPLOYMENT, "input"],
             registry=r,
         )
         self.deployment_errors = Counter(
             "autoscalerd_deployment_errors_total",
             "Ticks in which deciding for a deployment failed",
-            ["deployment"],
+            _DEPLOYMENT,
             registry=r,
         )
         self.ticks = Counter("autoscalerd_ticks_total", "Completed ticks", registry=r)
@@ -143,14 +159,14 @@ class Metrics:
         self.refit_duration = Histogram(
             "autoscalerd_forecast_refit_duration_seconds",
             "Wall time of one forecaster refit (statsmodels fit)",
-            ["deployment"],
+            _DEPLOYMENT,
             buckets=REFIT_BUCKETS_S,
             registry=r,
         )
         self.refit_failures = Counter(
             "autoscalerd_forecast_refit_failures_total",
             "Forecaster refits that failed (the previous model is kept)",
-            ["deployment"],
+            _DEPLOYMENT,
             registry=r,
         )
         self.reloads = Counter(
@@ -188,17 +204,17 @@ class Metrics:
             if failed:
                 self.sensor_errors.labels(name).inc()
         for name in report.deployment_errors:
-            self.deployment_errors.labels(name).inc()
+            self.deployment_errors.labels(*_labels(name)).inc()
         for decision in report.decisions:
             for reason in decision.reasons:
-                self.decisions.labels(decision.deployment, reason.value).inc()
+                self.decisions.labels(*_labels(decision.deployment), reason.value).inc()
         for result in report.results:
             if result.skipped:
                 continue
-            self.actuations.labels(result.actuator, result.deployment).inc()
+            self.actuations.labels(result.actuator, *_labels(result.deployment)).inc()
             if not result.ok:
                 self.actuation_errors.labels(
-                    result.actuator, result.deployment, result.error_kind or "error"
+                    result.actuator, *_labels(result.deployment), result.error_kind or "error"
                 ).inc()
         for name, runtime in controller.deployments.items():
             self._deployment(name, runtime, report.started_at_s)
@@ -206,9 +222,9 @@ class Metrics:
     def on_refit(self, deployment: str, duration_s: float | None) -> None:
         """A refit finished: its duration, or None when it failed."""
         if duration_s is None:
-            self.refit_failures.labels(deployment).inc()
+            self.refit_failures.labels(*_labels(deployment)).inc()
         else:
-            self.refit_duration.labels(deployment).observe(duration_s)
+            self.refit_duration.labels(*_labels(deployment)).observe(duration_s)
 
     def on_reload(self, applied: bool) -> None:
         self.reloads.labels("applied" if applied else "rejected").inc()
@@ -223,26 +239,33 @@ class Metrics:
     # ------------------------------------------------------------------ per deployment
 
     def _deployment(self, name: str, runtime: DeploymentRuntime, now_s: float) -> None:
+        key = _labels(name)
         decision: Decision | None = runtime.last_decision
         if decision is not None:
             unit = decision.load_unit
-            _set(self.observed_rate, (name, unit), decision.arrival_rate_obs_per_s)
-            _set(self.forecast_rate, (name, unit, "point"), decision.arrival_rate_forecast_per_s)
-            _set(self.forecast_rate, (name, unit, "upper"), decision.arrival_rate_upper_per_s)
-            _set(self.service_rate, (name, unit), decision.service_rate_per_replica_per_s)
-            self.desired_replicas.labels(name).set(decision.target_replicas)
+            _set(self.observed_rate, (*key, unit), decision.arrival_rate_obs_per_s)
+            _set(self.forecast_rate, (*key, unit, "point"), decision.arrival_rate_forecast_per_s)
+            _set(self.forecast_rate, (*key, unit, "upper"), decision.arrival_rate_upper_per_s)
+            _set(self.service_rate, (*key, unit), decision.service_rate_per_replica_per_s)
+            self.desired_replicas.labels(*key).set(decision.target_replicas)
         obs: Observation | None = runtime.last_observation
         running = obs.running_replicas if obs is not None else None
         if running is not None:
-            self.current_replicas.labels(name).set(running.value)
+            self.current_replicas.labels(*key).set(running.value)
         elif decision is not None:
-            self.current_replicas.labels(name).set(decision.previous_replicas)
-        _set(self.applied_replicas, (name,), runtime.applied_replicas)
-        self.paused.labels(name).set(1 if runtime.paused else 0)
-        _set(self.override, (name,), runtime.override_replicas)
+            self.current_replicas.labels(*key).set(decision.previous_replicas)
+        _set(self.applied_replicas, key, runtime.applied_replicas)
+        self.paused.labels(*key).set(1 if runtime.paused else 0)
+        _set(self.override, key, runtime.override_replicas)
         if obs is not None:
             for input_name, reading in _readings(obs):
-                self.input_age.labels(name, input_name).set(reading.age_s(now_s))
+                self.input_age.labels(*key, input_name).set(reading.age_s(now_s))
+
+
+def _labels(name: str) -> tuple[str, str]:
+    """("app", "deployment") of autoscalerd's "app/deployment"; ("", name) without a "/"."""
+    app, slash, deployment = name.partition("/")
+    return (app, deployment) if slash else ("", name)
 
 
 def _set(gauge: Gauge, labels: tuple[str, ...], value: float | None) -> None:

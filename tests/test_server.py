@@ -217,7 +217,9 @@ async def test_pause_holds_the_target_and_is_still_decided(api: Api) -> None:
     [decision] = body["decisions"]
     assert decision["target_replicas"] == 4 and "paused" in decision["reasons"]
     metrics = await (await api.client.get("/metrics")).text()
-    assert f'autoscalerd_paused{{deployment="{NAME}"}} 1.0' in metrics
+    assert 'autoscalerd_paused{application="llm",deployment="chat"} 1.0' in metrics
+    # Ray Serve's two labels, and the process collectors alongside.
+    assert "process_cpu_seconds_total" in metrics and "python_info{" in metrics
     assert 'reason="paused"' in metrics
     await api.call("POST", f"/v1/deployments/{NAME}/resume", headers=AUTH)
     await api.tick()

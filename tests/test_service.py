@@ -265,7 +265,7 @@ def test_every_endpoint_and_the_bearer_token_rules(
         assert status == 200 and content_type.startswith("text/plain")
         for family in METRIC_FAMILIES:
             assert f"# TYPE {family} " in text, family
-        assert f'autoscalerd_desired_replicas{{deployment="{NAME}"}} 5.0' in text
+        assert 'autoscalerd_desired_replicas{application="llm",deployment="chat"} 5.0' in text
 
         status, body = daemon.get("/v1/status")
         assert status == 200 and body["ready"] is True
