@@ -263,6 +263,11 @@ def _poisson_at_least(mean: float, count: int) -> float:
         return 1.0
     if mean <= 0:
         return 0.0
+    spread = 10.0 * math.sqrt(mean) + 10.0
+    if count > mean + spread:
+        return 0.0  # beyond 10 standard deviations (and 10 counts): below 1e-12
+    if count < mean - spread:
+        return 1.0
     log_mean = math.log(mean)
     logs = [k * log_mean - mean - math.lgamma(k + 1) for k in range(count)]
     top = max(logs)
