@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from autoscalerd.sim.traces import (
+    MAX_BATCH_REQUESTS,
     EmpiricalTokens,
     LognormalTokens,
     RequestBatch,
     TraceError,
     TraceWindow,
+    load_trace_text,
     open_trace,
     parse_duration_s,
 )
@@ -278,3 +280,133 @@ def test_binary_file(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(TraceError, match="line 1: not UTF-8"):
         open_trace(path)
+
+
+# ---------------------------------------------------------------- hostile input and limits
+
+
+HOSTILE = [
+    # Found by fuzzing: each once raised something other than TraceError, or loaded garbage.
+    ("year1.csv", "timestamp,prompt_tokens,output_tokens\n0001-01-01T00:00:00Z,1,1\n"
+     "2024-01-01T00:00:00Z,1,1\n", ["year1.csv: line 3:", "366 days"]),
+    ("year2262.csv", "Time,n\n2024-01-01,1\n2262-05-01,1\n", ["year2262.csv: line 3:", "366 days"]),
+    ("deep.jsonl", '{"timestamp": ' + "[" * 100_000 + "\n", ["deep.jsonl: line 1: not JSON"]),
+    ("digits.jsonl", '{"timestamp": 0, "input_length": ' + "9" * 5000 + ', "output_length": 1}\n',
+     ["digits.jsonl: line 1: not JSON"]),
+    ("huge.jsonl", '{"timestamp": 0, "input_length": 99999999999999999999, "output_length": 1}\n',
+     ["huge.jsonl: line 1: input_length 99999999999999999999 is more than 100000000 tokens"]),
+    ("hugetime.jsonl", '{"timestamp": 1' + "0" * 400 + ', "input_length": 1, "output_length": 1}\n',
+     ["hugetime.jsonl: line 1: timestamp", "not a finite number"]),
+    ("huge.csv", "timestamp,prompt_tokens,output_tokens\n1,99999999999999999999,1\n",
+     ["huge.csv: line 2: prompt_tokens '99999999999999999999' is more than 100000000 tokens"]),
+    ("inf.csv", "timestamp,prompt_tokens,output_tokens\n1,1,1\ninf,1,1\n",
+     ["inf.csv: line 3: timestamp 'inf' is not a finite number of seconds"]),
+    ("far.csv", "timestamp,prompt_tokens,output_tokens\n0,1,1\n1e12,1,1\n",
+     ["far.csv: line 3:", "366 days"]),
+    ("bigbin.csv", "Time,n\n2024-01-01 00:00,1700000000\n2024-01-01 00:01,1\n",
+     ["bigbin.csv: line 2: n 1700000000", "5000000 requests in one bin"]),
+    ("span.csv", "Time,n\n0,1\n1,1\n100000000000,1\n", ["span.csv: line 4:", "366 days"]),
+    ("infbin.csv", "Time,n\n0,1\ninf,1\n", ["infbin.csv: line 3: Time 'inf' is not"]),
+    ("tinybin.csv", "Time,n\n0,1\n1e-9,1\n", ["tinybin.csv: line 3:", "at least 0.001 s"]),
+    ("quoted.csv", '"Time,n"\n0,1\n1,1\n', ["quoted.csv: line 1:"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "content", "pieces"), HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_input_is_a_trace_error(
+    tmp_path: Path, name: str, content: str, pieces: list[str]
+) -> None:
+    path = write(tmp_path, name, content)
+    with pytest.raises(TraceError) as caught:
+        collect(open_trace(path).batches())
+    message = str(caught.value)
+    assert "\n" not in message
+    for piece in pieces:
+        assert piece in message, message
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("late.csv", b"timestamp,prompt_tokens,output_tokens\n1,1,1\n2,\xff\xfe,1\n"),
+        ("bins.csv", b"Time,n\n0,1\n1,\xff\n"),
+    ],
+)
+def test_bytes_that_are_not_utf8_after_the_header(
+    tmp_path: Path, name: str, content: bytes
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(TraceError, match=rf"{name}: .*not UTF-8"):
+        collect(open_trace(path).batches())
+
+
+def test_datetimes_beyond_the_nanosecond_range_still_load(tmp_path: Path) -> None:
+    path = write(tmp_path, "old.csv", "Time,n\n1677-01-01,1\n1677-01-02,2\n")
+    trace = open_trace(path)
+    assert trace.bin_s == 86400.0 and len(collect(trace.batches())) == 3
+    assert trace.origin_epoch_s == -9_246_096_000.0  # 1677-01-01, before the nanosecond range
+
+
+def test_header_names_with_spaces_around_them(tmp_path: Path) -> None:
+    path = write(tmp_path, "spaces.csv", "timestamp , prompt_tokens,output_tokens \n1,2,3\n")
+    assert collect(open_trace(path).batches()).prompt_tokens.tolist() == [2]
+
+
+@pytest.mark.parametrize(
+    ("window", "message"),
+    [
+        (TraceWindow(rate_scale=float("nan")), "rate scale must be"),
+        (TraceWindow(rate_scale=float("inf")), "rate scale must be"),
+        (TraceWindow(rate_scale=1e9), "rate scale must be"),
+        (TraceWindow(duration_s=1e12), "366 days"),
+        (TraceWindow(start_s=float("nan")), "start must be"),
+    ],
+)
+def test_absurd_windows_are_refused(window: TraceWindow, message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        open_trace(AZURE_2023, window=window)
+
+
+def test_a_big_scale_is_copied_in_bounded_batches() -> None:
+    trace = open_trace(AZURE_2023, window=TraceWindow(duration_s=300, rate_scale=1000))
+    sizes = [len(batch) for batch in trace.batches()]
+    assert sum(sizes) > 100_000
+    assert max(sizes) <= 2 * MAX_BATCH_REQUESTS
+
+
+def test_load_trace_text_reads_every_request_or_raises_trace_error() -> None:
+    requests = load_trace_text("timestamp,prompt_tokens,output_tokens\n1,2,3\n4,5,6\n")
+    assert requests.arrival_s.tolist() == [0.0, 3.0]
+    assert requests.output_tokens.tolist() == [3, 6]
+    counts = load_trace_text(b"Time,n\n0,2\n10,1\n", window=TraceWindow(seed=4))
+    assert len(counts) == 3
+    with pytest.raises(TraceError, match=r"trace\.jsonl: line 1: not JSON"):
+        load_trace_text(b"{oops\n", ".jsonl")
+
+
+@pytest.mark.parametrize(
+    ("content", "args", "message"),
+    [
+        ("Time,n\n2024-01-01 00:00,1700000000\n2024-01-01 00:01,1\n", [], "in one bin"),
+        ("timestamp,prompt_tokens,output_tokens\n0,1,1\n1e12,1,1\n", [], "366 days"),
+        ("timestamp,prompt_tokens,output_tokens\n0,1,1\n", ["--rate-scale", "inf"], "rate scale"),
+        ("timestamp,prompt_tokens,output_tokens\n0,1,1\n", ["--duration", "999999d"], "366 days"),
+    ],
+)
+def test_the_backtest_command_turns_a_trace_error_into_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, args: list[str], message: str
+) -> None:
+    from autoscalerd.cli import main
+
+    path = write(tmp_path, "t.csv", content)
+    assert main(["backtest", "--trace", str(path), "--no-progress", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autoscalerd: backtest: ") and message in err, err
+    assert len(err.splitlines()) == 1
+
+
+def test_a_trace_thinned_to_nothing_is_empty_not_a_crash(tmp_path: Path) -> None:
+    path = write(tmp_path, "two.csv", "timestamp,prompt_tokens,output_tokens\n0,1,1\n0,1,1\n")
+    # Seed 1 at scale 0.5 keeps neither request.
+    assert len(collect(open_trace(path, window=TraceWindow(rate_scale=0.5, seed=1)).batches())) == 0

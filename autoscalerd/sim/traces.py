@@ -12,10 +12,14 @@ every call yields exactly the same requests, so each policy in a backtest sees o
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import re
+import tempfile
+import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -36,6 +40,35 @@ _BINS_PER_BATCH = 360
 REORDER_SLACK_S = 10.0
 # A request copied by --rate-scale > 1 arrives this much later, at most (uniformly).
 COPY_JITTER_S = 1.0
+
+# Limits on what a file may ask for, so that a broken or hostile one fails with a message
+# instead of exhausting memory or time. Each is far beyond any public trace.
+#
+# The longest span replayed: the backtest keeps per-minute demand and per-tick series for
+# the whole span, so the span bounds its memory. Public traces span days to a few months.
+MAX_SPAN_S = 366 * 86400.0
+# A timestamp in seconds (or a datetime) beyond this magnitude is not a time: 1e12 s is
+# 31,700 years, and below it differences of two timestamps cannot overflow.
+MAX_ABS_TIME_S = 1e12
+_MAX_ABS_TIME = "1e12"  # as messages show it
+# Prompt or output tokens of one request: far past any model's context window, and exact
+# in the float64 that pandas parses into (99999999999999999999 would wrap in int64).
+MAX_TOKENS = 100_000_000
+# Rows of a binned-count file, which is read whole: a year of 10 s bins is 3.2 million.
+MAX_BINS = 5_000_000
+# Requests in one bin after --rate-scale: their arrival times are drawn at once (about
+# 60 bytes each while drawn), so this bounds one bin's memory to a few hundred MB.
+MAX_REQUESTS_PER_BIN = 5_000_000
+# Bins narrower than a millisecond are a unit mistake (milliseconds read as seconds).
+MIN_BIN_S = 0.001
+# --rate-scale beyond this is a typo rather than an experiment.
+MAX_RATE_SCALE = 1000.0
+# Requests drawn or copied per batch, at most (a single heavy bin may exceed it): bounds a
+# batch's memory whatever the rate scale. Typical traces and scales never reach it, so
+# their batches, and the seeded draws, stay as they are.
+MAX_BATCH_REQUESTS = 2_500_000
+# A JSONL line, or a CSV header, longer than this is not a trace record.
+MAX_LINE_CHARS = 1 << 20
 
 # Column names of each CSV format: (timestamp, prompt tokens, output tokens).
 _CSV_COLUMNS: dict[str, tuple[str, str, str]] = {
@@ -200,8 +233,7 @@ def open_trace(
     """
     file = Path(path)
     window = window or TraceWindow()
-    if window.rate_scale <= 0:
-        raise TraceError(f"rate scale must be > 0 (got {window.rate_scale:g})")
+    _check_window(window)
     header = _first_line(file)
     detected = fmt or detect_format(file, header)
     if detected == "counts":
@@ -214,6 +246,49 @@ def open_trace(
     if detected == "mooncake":
         return _open_mooncake(file, window)
     return _open_csv(file, header, detected, window)
+
+
+def load_trace_text(
+    data: str | bytes,
+    suffix: str = ".csv",
+    fmt: TraceFormat | None = None,
+    window: TraceWindow | None = None,
+) -> RequestBatch:
+    """Every request of a trace given as its file's contents, in one batch.
+
+    For tests and fuzzing, where inputs are small: the loaders read files, so `data` is
+    written to a temporary `trace{suffix}` (the name that messages show) and opened with
+    `open_trace`. Raises TraceError, and nothing else, for any content.
+    """
+    with tempfile.TemporaryDirectory(prefix="autoscalerd-trace-") as directory:
+        path = Path(directory) / f"trace{suffix}"
+        path.write_bytes(data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data)
+        batches = list(open_trace(path, fmt, window).batches())
+    if not batches:
+        empty = np.empty(0, np.float64)
+        return RequestBatch(empty, empty.astype(np.int64), empty.astype(np.int64))
+    return RequestBatch(
+        np.concatenate([b.arrival_s for b in batches]),
+        np.concatenate([b.prompt_tokens for b in batches]),
+        np.concatenate([b.output_tokens for b in batches]),
+    )
+
+
+def _check_window(window: TraceWindow) -> None:
+    if not 0 < window.rate_scale <= MAX_RATE_SCALE:  # also refuses NaN
+        raise TraceError(
+            f"rate scale must be a number in (0, {MAX_RATE_SCALE:g}] (got {window.rate_scale:g})"
+        )
+    if not 0 <= window.start_s <= MAX_SPAN_S:
+        raise TraceError(
+            f"start must be within [0, {MAX_SPAN_S / 86400:g} days] (got {window.start_s:g} s); "
+            "check --start"
+        )
+    if window.duration_s is not None and not 0 < window.duration_s <= MAX_SPAN_S:
+        raise TraceError(
+            f"duration {window.duration_s:g} s is not within (0, {MAX_SPAN_S / 86400:g} days], "
+            "the most a trace may span; pass a shorter --duration"
+        )
 
 
 def detect_format(path: Path, header: str) -> TraceFormat:
@@ -236,7 +311,7 @@ def detect_format(path: Path, header: str) -> TraceFormat:
 def _first_line(path: Path) -> str:
     try:
         with path.open(encoding="utf-8", newline="") as handle:
-            line = handle.readline()
+            line = handle.readline(MAX_LINE_CHARS + 1)
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file; pass the path of a trace") from None
     except IsADirectoryError:
@@ -245,63 +320,63 @@ def _first_line(path: Path) -> str:
         raise TraceError(f"{path}: line 1: not UTF-8 text; pass a CSV or JSONL trace") from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror}); check permissions") from None
+    if len(line) > MAX_LINE_CHARS:
+        raise TraceError(
+            f"{path}: line 1: longer than {MAX_LINE_CHARS} characters; a trace starts with a "
+            "CSV header or one JSON object per line"
+        )
     if not line.strip():
         raise TraceError(f"{path}: line 1: empty; a trace starts with a header or a JSON row")
     return line.rstrip("\r\n")
 
 
 def _split_header(header: str) -> list[str]:
-    return [column.strip().strip('"') for column in header.split(",")]
+    # As pandas reads it: a quoted name may hold a comma.
+    try:
+        columns = next(csv.reader([header], skipinitialspace=True), [])
+    except csv.Error:  # a NUL byte, say: pandas will report the file
+        columns = header.split(",")
+    return [column.strip() for column in columns]
 
 
 # ---------------------------------------------------------------- request-level CSV
 
 
 def _open_csv(path: Path, header: str, fmt: TraceFormat, window: TraceWindow) -> Trace:
-    time_col, prompt_col, output_col = _CSV_COLUMNS[fmt]
-    columns = _split_header(header)
-    missing = [c for c in (time_col, prompt_col, output_col) if c not in columns]
+    columns = _CSV_COLUMNS[fmt]
+    missing = [c for c in columns if c not in _split_header(header)]
     if missing:
         raise TraceError(
             f"{path}: line 1: header lacks {', '.join(missing)} for format {fmt}; "
             "check the file or --format"
         )
-    first = _first_csv_row(path, (time_col, prompt_col, output_col))
+    time_col = columns[0]
+    first = _first_csv_row(path, columns)
     # Timestamps are seconds (a number) or datetimes; the first row decides for the file.
-    as_datetime = _to_seconds(pd.Series([first[0]]), numeric=True).isna().iloc[0]
+    origin = float(_to_seconds(pd.Series([first]), numeric=True)[0])
+    as_datetime = bool(np.isnan(origin))
     if as_datetime:
-        origin = _to_seconds(pd.Series([first[0]]), numeric=False).iloc[0]
+        origin = float(_to_seconds(pd.Series([first]), numeric=False)[0])
         if np.isnan(origin):
             raise TraceError(
-                f"{path}: line 2: {time_col} {first[0]!r} is neither seconds nor a datetime"
+                f"{path}: line 2: {time_col} {_shown(first)} is neither seconds nor a datetime"
             )
-    else:
-        origin = float(first[0])
     # Azure's TIMESTAMP and ISO datetimes are absolute; plain seconds are relative.
-    origin_epoch_s = float(origin) if as_datetime else None
+    origin_epoch_s = origin if as_datetime else None
 
     def rows() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        try:
-            # All columns, not usecols: pandas then reports rows with extra fields.
-            reader = pd.read_csv(
-                path,
-                index_col=False,
-                dtype=str,
-                chunksize=_ROWS_PER_CHUNK,
-                skip_blank_lines=False,
-                keep_default_na=False,
-                skipinitialspace=True,
-            )
+        # All columns, not usecols: pandas then reports rows with extra fields.
+        with _csv_errors(path):
+            reader = pd.read_csv(path, chunksize=_ROWS_PER_CHUNK, **_CSV_OPTIONS)
+        with reader:  # closed on an error, and when the window ends before the file
             first_line = 2
-            for frame in reader:
-                yield _parse_csv_chunk(
-                    path, frame, first_line, (time_col, prompt_col, output_col), origin, as_datetime
-                )
+            while True:
+                with _csv_errors(path):
+                    frame = next(reader, None)
+                if frame is None:
+                    return
+                yield _parse_csv_chunk(path, frame, first_line, columns, origin, as_datetime)
                 first_line += len(frame)
-        except pd.errors.ParserError as exc:
-            raise TraceError(f"{path}: {_pandas_problem(exc)}") from None
-        except UnicodeDecodeError:
-            raise TraceError(f"{path}: not UTF-8 text; pass a CSV trace") from None
 
     return Trace(
         path=path,
@@ -314,19 +389,62 @@ def _open_csv(path: Path, header: str, fmt: TraceFormat, window: TraceWindow) ->
     )
 
 
-def _first_csv_row(path: Path, columns: tuple[str, str, str]) -> tuple[str, str, str]:
+# How every CSV is read: text cells, nothing turned into NaN behind our back, blank lines
+# kept so that line numbers in messages are the file's.
+_CSV_OPTIONS: dict[str, object] = {
+    "index_col": False,
+    "dtype": str,
+    "skip_blank_lines": False,
+    "keep_default_na": False,
+    "skipinitialspace": True,
+}
+
+
+@contextmanager
+def _csv_errors(path: Path) -> Iterator[None]:
+    """pandas' failures while reading `path` as one-line TraceErrors."""
     try:
-        frame = pd.read_csv(path, usecols=list(columns), dtype=str, nrows=1, keep_default_na=False)
-    except (pd.errors.ParserError, ValueError) as exc:
+        with warnings.catch_warnings():
+            # pandas only warns when the first row is longer than the header, then drops
+            # the extra fields: a broken row like any other.
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            yield
+    except pd.errors.ParserWarning:
+        raise TraceError(
+            f"{path}: the first row has more fields than the header; fix that row"
+        ) from None
+    except UnicodeDecodeError:
+        raise TraceError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
+    except (pd.errors.ParserError, ValueError, OverflowError, csv.Error) as exc:
         raise TraceError(f"{path}: {_pandas_problem(exc)}") from None
+
+
+def _first_csv_row(path: Path, columns: tuple[str, str, str]) -> str:
+    """The first request's timestamp."""
+    with _csv_errors(path):
+        frame = pd.read_csv(path, nrows=1, **{**_CSV_OPTIONS, "skip_blank_lines": True})
+    time_values = _columns(path, frame, columns)[0]
     if frame.empty:
         raise TraceError(f"{path}: line 2: no requests after the header")
-    row = frame.iloc[0]
-    return str(row[columns[0]]), str(row[columns[1]]), str(row[columns[2]])
+    return str(time_values.iloc[0])
+
+
+def _columns(path: Path, frame: pd.DataFrame, wanted: tuple[str, ...]) -> list[pd.Series]:
+    """The wanted columns of a chunk, by their names with surrounding spaces removed."""
+    names = [str(name).strip() for name in frame.columns]
+    picked = []
+    for column in wanted:
+        where = [i for i, name in enumerate(names) if name == column]
+        if len(where) != 1:
+            problem = "lacks" if not where else "repeats"
+            raise TraceError(f"{path}: line 1: header {problem} {column}; check the file")
+        picked.append(frame.iloc[:, where[0]])
+    return picked
 
 
 def _pandas_problem(exc: Exception) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = text[:200]
     match = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", text)
     if match:
         want, line, saw = match.groups()
@@ -340,13 +458,36 @@ def _pandas_problem(exc: Exception) -> str:
 _EPOCH = pd.Timestamp(0, tz="UTC")
 
 
-def _to_seconds(values: pd.Series, numeric: bool) -> pd.Series:
-    """Seconds as float64, NaN where a value does not parse."""
+def _to_seconds(values: pd.Series, numeric: bool) -> np.ndarray:
+    """Seconds (since the epoch for datetimes) as float64; NaN where a value does not
+    parse or lies beyond MAX_ABS_TIME_S."""
     if numeric:
-        return pd.to_numeric(values, errors="coerce").astype("float64")
-    moments = pd.to_datetime(values, format="ISO8601", errors="coerce", utc=True)
-    # pandas picks the datetime unit from the text (s, us, ns): go through a timedelta.
-    return (moments - _EPOCH).dt.total_seconds().astype("float64")
+        seconds = pd.to_numeric(values, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    else:
+        seconds = _datetime_seconds(values)
+    return np.where(np.abs(seconds) <= MAX_ABS_TIME_S, seconds, np.nan)
+
+
+def _datetime_seconds(values: pd.Series) -> np.ndarray:
+    try:
+        moments = pd.to_datetime(values, format="ISO8601", errors="coerce", utc=True)
+    except (ValueError, OverflowError):
+        # One value pandas cannot even coerce: find it, one by one.
+        if len(values) == 1:
+            return np.full(1, np.nan)
+        return np.concatenate(
+            [_datetime_seconds(values.iloc[i : i + 1]) for i in range(len(values))]
+        )
+    # From an epoch in the values' own unit (pandas picks s, ms, us or ns from the text):
+    # a nanosecond epoch would overflow for years outside 1677-2262.
+    since_epoch = moments - _EPOCH.as_unit(moments.dt.unit)
+    return since_epoch.dt.total_seconds().to_numpy(dtype="float64", na_value=np.nan)
+
+
+def _shown(value: object) -> str:
+    """A cell or JSON value for a message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _parse_csv_chunk(
@@ -358,33 +499,43 @@ def _parse_csv_chunk(
     as_datetime: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     time_col, prompt_col, output_col = columns
+    stamps, prompts, outputs = _columns(path, frame, columns)
     lines = np.arange(first_line, first_line + len(frame))
     # A blank line is skipped, not an error; its number still counts.
-    blank = (frame[time_col] == "") & (frame[prompt_col] == "") & (frame[output_col] == "")
+    blank = ((stamps == "") & (prompts == "") & (outputs == "")).to_numpy(dtype=bool)
     if blank.any():
-        keep = ~blank.to_numpy()
-        frame, lines = frame[keep], lines[keep]
-    times = _to_seconds(frame[time_col], numeric=not as_datetime).to_numpy()
+        keep = ~blank
+        stamps, prompts, outputs, lines = stamps[keep], prompts[keep], outputs[keep], lines[keep]
+    times = _to_seconds(stamps, numeric=not as_datetime)
     bad = np.flatnonzero(np.isnan(times))
     if bad.size:
         i = bad[0]
-        kind = "a datetime" if as_datetime else "seconds (a number)"
-        raise TraceError(
-            f"{path}: line {lines[i]}: {time_col} {frame[time_col].iloc[i]!r} is not {kind} "
-            "like the first row's"
+        kind = (
+            "a datetime like the first row's"
+            if as_datetime
+            else f"a finite number of seconds (within ±{_MAX_ABS_TIME})"
         )
-    prompt = _token_column(path, frame, prompt_col, lines)
-    output = _token_column(path, frame, output_col, lines)
+        raise TraceError(
+            f"{path}: line {lines[i]}: {time_col} {_shown(stamps.iloc[i])} is not {kind}"
+        )
+    prompt = _token_column(path, prompts, prompt_col, lines)
+    output = _token_column(path, outputs, output_col, lines)
     return times - origin, prompt, output, lines
 
 
-def _token_column(path: Path, frame: pd.DataFrame, column: str, lines: np.ndarray) -> np.ndarray:
-    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype="float64")
-    bad = np.flatnonzero(~np.isfinite(values) | (values < 0) | (values != np.floor(values)))
+def _token_column(path: Path, cells: pd.Series, column: str, lines: np.ndarray) -> np.ndarray:
+    values = pd.to_numeric(cells, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    # NaN fails every comparison, so it is caught with the rest.
+    bad = np.flatnonzero(~((values >= 0) & (values <= MAX_TOKENS) & (values == np.floor(values))))
     if bad.size:
         i = bad[0]
+        if values[i] > MAX_TOKENS:
+            raise TraceError(
+                f"{path}: line {lines[i]}: {column} {_shown(cells.iloc[i])} is more than "
+                f"{MAX_TOKENS} tokens; fix that row"
+            )
         raise TraceError(
-            f"{path}: line {lines[i]}: {column} {frame[column].iloc[i]!r} is not a "
+            f"{path}: line {lines[i]}: {column} {_shown(cells.iloc[i])} is not a "
             "non-negative whole number of tokens"
         )
     return values.astype(np.int64)
@@ -401,7 +552,12 @@ def _open_mooncake(path: Path, window: TraceWindow) -> Trace:
         lines: list[int] = []
         # Bytes, decoded per line, so that bad encoding is reported with its line number.
         with path.open("rb") as handle:
-            for number, raw in enumerate(handle, start=1):
+            for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_CHARS + 1), b""), 1):
+                if len(raw) > MAX_LINE_CHARS:
+                    raise TraceError(
+                        f"{path}: line {number}: longer than {MAX_LINE_CHARS} bytes; "
+                        "one JSON object per line"
+                    )
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError:
@@ -431,6 +587,10 @@ def _open_mooncake(path: Path, window: TraceWindow) -> Trace:
     )
 
 
+# Mooncake timestamps are milliseconds.
+_MAX_MOONCAKE_MS = MAX_ABS_TIME_S * 1000.0
+
+
 def _mooncake_row(path: Path, number: int, text: str) -> tuple[float, int, int]:
     try:
         row = json.loads(text)
@@ -438,6 +598,10 @@ def _mooncake_row(path: Path, number: int, text: str) -> tuple[float, int, int]:
         raise TraceError(
             f"{path}: line {number}: not JSON ({exc.msg}); one object per line"
         ) from None
+    except RecursionError:
+        raise TraceError(f"{path}: line {number}: not JSON (nested too deeply)") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise TraceError(f"{path}: line {number}: not JSON (a number too long)") from None
     if not isinstance(row, dict):
         raise TraceError(f"{path}: line {number}: expected a JSON object, got {type(row).__name__}")
     values: list[float] = []
@@ -445,15 +609,24 @@ def _mooncake_row(path: Path, number: int, text: str) -> tuple[float, int, int]:
         if key not in row:
             raise TraceError(f"{path}: line {number}: missing key {key!r}")
         value = row[key]
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise TraceError(f"{path}: line {number}: {key} {value!r} is not a number")
-        if value < 0 or (key != "timestamp" and value != int(value)):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TraceError(f"{path}: line {number}: {key} {_shown(value)} is not a number")
+        # Compared as parsed, not through float(), which overflows on a huge int; NaN fails
+        # every comparison.
+        if key == "timestamp":
+            if not 0 <= value <= _MAX_MOONCAKE_MS:
+                raise TraceError(
+                    f"{path}: line {number}: {key} {_shown(value)} is not a finite number of "
+                    "milliseconds within [0, 1e15]"
+                )
+        elif value > MAX_TOKENS:  # inf too
             raise TraceError(
-                f"{path}: line {number}: {key} {value!r} must be a non-negative whole number"
+                f"{path}: line {number}: {key} {_shown(value)} is more than {MAX_TOKENS} "
+                "tokens; fix that row"
+            )
+        elif not (value >= 0 and value == math.floor(value)):
+            raise TraceError(
+                f"{path}: line {number}: {key} {_shown(value)} must be a non-negative whole number"
             )
         values.append(float(value))
     return values[0], int(values[1]), int(values[2])
@@ -507,12 +680,26 @@ def _cut_and_scale(
                     f"an earlier row (more than {REORDER_SLACK_S:g} s out of order); sort the "
                     "file by timestamp"
                 )
+            far = np.flatnonzero(times > MAX_SPAN_S)
+            if far.size:
+                i = far[0]
+                raise TraceError(
+                    f"{path}: line {lines[i]}: arrives {times[i]:.0f} s after the first request, "
+                    f"beyond the {MAX_SPAN_S / 86400:g} days a trace may span; fix the "
+                    "timestamp or split the file"
+                )
             latest_s = max(latest_s, float(times.max()))
             keep = (times >= window.start_s) & (times < end_s)
             if not keep.all():
                 times, prompts, outputs = times[keep], prompts[keep], outputs[keep]
-            if times.size:
-                batch = RequestBatch(times - window.start_s, prompts, outputs)
+            # Copies of at most MAX_BATCH_REQUESTS requests at a time.
+            step = max(1, MAX_BATCH_REQUESTS // math.ceil(window.rate_scale))
+            for lo in range(0, times.size, step):
+                batch = RequestBatch(
+                    times[lo : lo + step] - window.start_s,
+                    prompts[lo : lo + step],
+                    outputs[lo : lo + step],
+                )
                 yield _scale(batch, window.rate_scale, rng)
             if latest_s - REORDER_SLACK_S >= end_s:
                 return
@@ -551,6 +738,8 @@ def _reorder(
     """
     held: RequestBatch | None = None
     for batch in batches:
+        if not len(batch):  # thinned to nothing
+            continue
         merged = batch if held is None else _concat(held, batch)
         order = np.argsort(merged.arrival_s, kind="stable")
         merged = RequestBatch(
@@ -606,6 +795,12 @@ class Bins:
 
 def _open_counts(path: Path, header: str, window: TraceWindow, tokens: TokenSampler) -> Trace:
     bins, origin_epoch_s = read_bins(path, header)
+    busiest = int(bins.counts.max())
+    if busiest * window.rate_scale > MAX_REQUESTS_PER_BIN:
+        raise TraceError(
+            f"{path}: a bin of {busiest} requests at rate scale {window.rate_scale:g} is more "
+            f"than {MAX_REQUESTS_PER_BIN} requests in one bin; lower --rate-scale"
+        )
     first = int(np.searchsorted(bins.start_s + bins.bin_s, window.start_s, "right"))
     last = int(np.searchsorted(bins.start_s, window.end_s(), "left"))
     if first >= last:
@@ -635,47 +830,48 @@ def _open_counts(path: Path, header: str, window: TraceWindow, tokens: TokenSamp
 def read_bins(path: Path, header: str | None = None) -> tuple[Bins, float | None]:
     """Read a `datetime,count` file; infer the bin width from consecutive rows."""
     header = header if header is not None else _first_line(path)
-    columns = _split_header(header)
-    if len(columns) < 2:
+    if len(_split_header(header)) < 2:
         raise TraceError(
             f"{path}: line 1: a binned-count file needs two columns (datetime, count), "
             f"got {header.strip()[:80]!r}"
         )
-    try:
-        frame = pd.read_csv(
-            path,
-            usecols=[0, 1],
-            dtype=str,
-            skip_blank_lines=False,
-            keep_default_na=False,
-            skipinitialspace=True,
-        )
-    except pd.errors.ParserError as exc:
-        raise TraceError(f"{path}: {_pandas_problem(exc)}") from None
+    with _csv_errors(path):
+        frame = pd.read_csv(path, usecols=[0, 1], nrows=MAX_BINS + 1, **_CSV_OPTIONS)
+    if len(frame) > MAX_BINS:
+        raise TraceError(f"{path}: more than {MAX_BINS} bins; use wider bins or split the file")
+    columns = [str(name).strip() for name in frame.columns]
     lines = np.arange(2, 2 + len(frame))
     labels, counts = frame.iloc[:, 0], frame.iloc[:, 1]
-    blank = ((labels == "") & (counts == "")).to_numpy()
+    blank = ((labels == "") & (counts == "")).to_numpy(dtype=bool)
     if blank.any():
         labels, counts, lines = labels[~blank], counts[~blank], lines[~blank]
     if len(labels) < 2:
         raise TraceError(
             f"{path}: needs at least two bins to infer the bin width (has {len(labels)})"
         )
-    numeric = not np.isnan(_to_seconds(labels.iloc[:1], numeric=True).iloc[0])
-    seconds = _to_seconds(labels, numeric=numeric).to_numpy()
+    numeric = not np.isnan(_to_seconds(labels.iloc[:1], numeric=True)[0])
+    seconds = _to_seconds(labels, numeric=numeric)
     bad = np.flatnonzero(np.isnan(seconds))
     if bad.size:
         i = bad[0]
+        kind = f"a number of seconds (within ±{_MAX_ABS_TIME})" if numeric else "a datetime"
         raise TraceError(
-            f"{path}: line {lines[i]}: {columns[0]} {labels.iloc[i]!r} is not a datetime"
+            f"{path}: line {lines[i]}: {columns[0]} {_shown(labels.iloc[i])} is not {kind}"
         )
-    values = pd.to_numeric(counts, errors="coerce").to_numpy(dtype="float64")
-    bad = np.flatnonzero(~np.isfinite(values) | (values < 0) | (values != np.floor(values)))
+    values = pd.to_numeric(counts, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    bad = np.flatnonzero(~((values >= 0) & (values == np.floor(values))))
     if bad.size:
         i = bad[0]
         raise TraceError(
-            f"{path}: line {lines[i]}: {columns[1]} {counts.iloc[i]!r} is not a non-negative "
-            "whole request count"
+            f"{path}: line {lines[i]}: {columns[1]} {_shown(counts.iloc[i])} is not a "
+            "non-negative whole request count"
+        )
+    heavy = np.flatnonzero(values > MAX_REQUESTS_PER_BIN)
+    if heavy.size:
+        i = heavy[0]
+        raise TraceError(
+            f"{path}: line {lines[i]}: {columns[1]} {values[i]:.0f} is more than "
+            f"{MAX_REQUESTS_PER_BIN} requests in one bin; use narrower bins"
         )
     steps = np.diff(seconds)
     bin_s = float(steps[0])
@@ -683,6 +879,25 @@ def read_bins(path: Path, header: str | None = None) -> tuple[Bins, float | None
         raise TraceError(
             f"{path}: line {lines[1]}: bin starts at or before the previous one; "
             "bins must be in time order"
+        )
+    if bin_s < MIN_BIN_S:
+        raise TraceError(
+            f"{path}: line {lines[1]}: bin is {bin_s:g} s after the previous one; bins must be "
+            f"at least {MIN_BIN_S:g} s wide (are the times in seconds?)"
+        )
+    if bin_s + bin_s > MAX_SPAN_S:
+        raise TraceError(
+            f"{path}: line {lines[1]}: bin is {bin_s:.0f} s after the previous one; two bins "
+            f"span more than the {MAX_SPAN_S / 86400:g} days a trace may; fix the row"
+        )
+    origin = float(seconds[0])
+    start_s = seconds - origin
+    far = np.flatnonzero(start_s + bin_s > MAX_SPAN_S)
+    if far.size:
+        i = far[0]
+        raise TraceError(
+            f"{path}: line {lines[i]}: bin starts {start_s[i]:.0f} s after the first, beyond "
+            f"the {MAX_SPAN_S / 86400:g} days a trace may span; fix the row or split the file"
         )
     # A missing row is an empty bin; anything off the grid is an error.
     multiples = steps / bin_s
@@ -695,8 +910,7 @@ def read_bins(path: Path, header: str | None = None) -> tuple[Bins, float | None
             f"{path}: line {lines[i]}: bin is {steps[i - 1]:g} s after the previous one; "
             f"bins must be {bin_s:g} s apart (the first two rows' spacing) or whole multiples"
         )
-    origin = float(seconds[0])
-    return Bins(seconds - origin, values.astype(np.int64), bin_s), None if numeric else origin
+    return Bins(start_s, values.astype(np.int64), bin_s), None if numeric else origin
 
 
 def _draw_arrivals(
@@ -712,9 +926,15 @@ def _draw_arrivals(
         np.random.default_rng(seed) for seed in np.random.SeedSequence(window.seed).spawn(2)
     )
     end_s = window.end_s()
-    for lo in range(first, last, _BINS_PER_BATCH):
+    lo = first
+    while lo < last:
         hi = min(last, lo + _BINS_PER_BATCH)
         expected = bins.counts[lo:hi] * window.rate_scale
+        # Heavy bins: fewer of them per batch, at least one.
+        over = np.flatnonzero(np.cumsum(expected) > MAX_BATCH_REQUESTS)
+        if over.size:
+            hi = lo + max(1, int(over[0]))
+            expected = expected[: hi - lo]
         counts = np.floor(expected).astype(np.int64)
         counts += arrivals_rng.random(counts.size) < expected - counts
         which = np.repeat(np.arange(lo, hi), counts)
@@ -724,6 +944,7 @@ def _draw_arrivals(
         times = times[keep] - window.start_s
         prompt, output = tokens.sample(tokens_rng, int(counts.sum()))
         yield RequestBatch(times, prompt[keep], output[keep])
+        lo = hi
 
 
 # ---------------------------------------------------------------- durations
