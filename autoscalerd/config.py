@@ -216,6 +216,8 @@ class HttpConfig(_Model):
     # Bearer token for POST /v1/...; this value, else the named env var; none disables them.
     token: str | None = None
     token_env: str = "AUTOSCALERD_TOKEN"
+    # The same token for GET /v1/... and /metrics too; /healthz and /readyz stay open.
+    require_token_for_reads: bool = False
 
     @field_validator("addr")
     @classmethod

@@ -15,15 +15,24 @@ A percent-encoded slash (`llm%2Fchat`) works too.
 
 The POST endpoints change what the daemon does, so they take `Authorization: Bearer
 <token>` (http.token, else the environment variable named by http.token_env): 401
-without it, 403 when wrong, and 403 for everyone while no token is configured. Every error
-is a JSON body `{"error": "..."}` with a 4xx status; a bug is a 500 with a JSON body and a
-log event, never a traceback on the wire.
+without it, 403 when wrong, and 403 for everyone while no token is configured. With
+http.require_token_for_reads the GET endpoints under /v1/ and /metrics take it too;
+/healthz and /readyz stay open for probes, which cannot send one. Every error is a JSON
+body `{"error": "..."}` with a 4xx status; a bug is a 500 with a JSON body and a log
+event, never a traceback on the wire.
+
+Input no well-behaved client sends (bytes that are not UTF-8, JSON nested past what the
+parser takes, a wrong token, a malformed HTTP request) is rejected with a 4xx and logged
+at most once a minute per client address, so that it cannot flood the log. A malformed
+request line or header is answered by aiohttp itself (400, text/plain).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
+import logging
 import math
 import os
 import time
@@ -32,7 +41,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
+from aiohttp import http_exceptions, web
 
 from autoscalerd import __version__, logs
 from autoscalerd.loop import Controller, DeploymentRuntime, TickReport
@@ -50,14 +59,101 @@ MIN_HEALTH_WINDOW_S = 1.0
 MAX_OVERRIDE_TTL_S = 7 * 24 * 3600.0
 # Time given to open connections at shutdown.
 SHUTDOWN_TIMEOUT_S = 1.0
+# The largest request body read: an override is a few dozen bytes.
+MAX_BODY_BYTES = 64 * 1024
+# Rejected requests are logged at most this often per client address...
+REJECTION_LOG_INTERVAL_S = 60.0
+# ... for this many addresses at once; beyond them, new addresses share one line a minute.
+REJECTION_LOG_PEERS = 10_000
+REDACTED = "[redacted]"
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        headers: dict[str, str] | None = None,
+        rejected: bool = False,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = headers or {}
+        # Input no well-behaved client sends: logged, at most once a minute per client.
+        self.rejected = rejected
+
+
+class RejectionLog:
+    """Rejected requests in the log: one line per client address per interval, which
+    counts the rejections left out since the last, so that garbage cannot flood the log."""
+
+    def __init__(
+        self,
+        interval_s: float = REJECTION_LOG_INTERVAL_S,
+        max_peers: int = REJECTION_LOG_PEERS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.interval_s = interval_s
+        self.max_peers = max_peers
+        self.clock = clock
+        # Address -> (when its last line was logged, rejections since, not logged).
+        self._peers: dict[str, tuple[float, int]] = {}
+
+    def note(
+        self,
+        peer: str | None,
+        status: int,
+        reason: str,
+        level: str = "warning",
+        event: str = "http_rejected",
+        **fields: Any,
+    ) -> bool:
+        """Log this rejection unless `peer` had a line within the interval; True if logged."""
+        now_s = self.clock()
+        key = peer or "unknown"
+        if key not in self._peers and len(self._peers) >= self.max_peers:
+            self._peers = {k: v for k, v in self._peers.items() if now_s - v[0] < self.interval_s}
+            if len(self._peers) >= self.max_peers:
+                key = "other addresses"
+        logged_s, suppressed = self._peers.get(key, (-math.inf, 0))
+        if now_s - logged_s < self.interval_s:
+            self._peers[key] = (logged_s, suppressed + 1)
+            return False
+        self._peers[key] = (now_s, 0)
+        getattr(logs.get("autoscalerd.server"), level)(
+            event, peer=key, status=status, reason=reason, suppressed=suppressed, **fields
+        )
+        return True
+
+
+class _ProtocolLog(logging.Handler):
+    """aiohttp's own reports (a malformed request, an error outside the handlers) as
+    rate-limited one-line events, instead of a traceback on stderr."""
+
+    def __init__(self, rejections: RejectionLog) -> None:
+        super().__init__(logging.INFO)  # aiohttp's debug chatter stays out
+        self.rejections = rejections
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        # "Error handling request from %s", request.remote
+        peer = str(record.args[0]) if isinstance(record.args, tuple) and record.args else None
+        if isinstance(exc, http_exceptions.HttpProcessingError):
+            reason = " ".join(str(exc.message).split())[:160] or type(exc).__name__
+            self.rejections.note(peer, exc.code or 400, f"malformed request: {reason}")
+        else:
+            error = f"{type(exc).__name__}: {exc}" if exc else record.getMessage()
+            reason = " ".join(error.split())[:300]
+            self.rejections.note(peer, 500, reason, level="error", event="http_internal_error")
+
+
+def _protocol_logger(rejections: RejectionLog) -> logging.Logger:
+    # Not registered with logging.getLogger: private to this server, nothing propagates
+    # to the root logger, whose last-resort handler prints tracebacks on stderr.
+    logger = logging.Logger("autoscalerd.server.aiohttp", logging.INFO)
+    logger.addHandler(_ProtocolLog(rejections))
+    return logger
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +207,7 @@ METRICS = web.AppKey("metrics", Metrics)
 DECISIONS = web.AppKey("decisions", DecisionLog)
 HEALTH = web.AppKey("health", HealthRule)
 STATE_KEEPER = web.AppKey("state_keeper", StateKeeper)
+REJECTIONS = web.AppKey("rejections", RejectionLog)
 
 
 def create_app(
@@ -119,11 +216,12 @@ def create_app(
     health: HealthRule,
     state_keeper: StateKeeper | None = None,
 ) -> web.Application:
-    app = web.Application(middlewares=[_json_errors])
+    app = web.Application(middlewares=[_json_errors, _read_token], client_max_size=MAX_BODY_BYTES)
     app[CONTROLLER] = controller
     app[METRICS] = metrics
     app[DECISIONS] = DecisionLog()
     app[HEALTH] = health
+    app[REJECTIONS] = RejectionLog()
     if state_keeper is not None:
         app[STATE_KEEPER] = state_keeper
     app.cleanup_ctx.append(_decision_log)
@@ -146,7 +244,12 @@ async def start(app: web.Application, addr: str) -> web.AppRunner:
     """Listen on HOST:PORT ("[::1]:8270" for IPv6). Raises OSError with a one-line reason."""
     host, _, port = addr.rpartition(":")
     host = host.strip("[]")
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        logger=_protocol_logger(app[REJECTIONS]),
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, int(port), shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     try:
@@ -196,7 +299,7 @@ async def get_readyz(request: web.Request) -> web.Response:
     controller = request.app[CONTROLLER]
     problems = _not_ready(request.app, controller)
     body = {"status": "ready" if not problems else "not ready", "problems": problems}
-    return _json(body, 200 if not problems else 503)
+    return _json(_redacted(body, _secrets(controller)), 200 if not problems else 503)
 
 
 def _not_ready(app: web.Application, controller: Controller) -> list[str]:
@@ -243,7 +346,8 @@ async def get_status(request: web.Request) -> web.Response:
             for name, runtime in sorted(controller.deployments.items())
         },
     }
-    return _json(body)
+    # Errors quote what a sensor or actuator was answered, and an answer may echo a token.
+    return _json(_redacted(body, _secrets(controller)))
 
 
 def _deployment_status(runtime: DeploymentRuntime, now_s: float) -> dict[str, Any]:
@@ -333,10 +437,10 @@ async def post_override(request: web.Request) -> web.Response:
     if replicas < 0:
         raise ApiError(400, f"replicas: must be >= 0, got {replicas}")
     ttl_s = body.get("ttl_s")
+    # The range alone refuses NaN and infinity; math.isfinite would overflow on a huge int.
     if ttl_s is not None and (
         isinstance(ttl_s, bool)
         or not isinstance(ttl_s, int | float)
-        or not math.isfinite(ttl_s)
         or not 0 < ttl_s <= MAX_OVERRIDE_TTL_S
     ):
         raise ApiError(
@@ -355,15 +459,22 @@ def _authorized_runtime(request: web.Request) -> DeploymentRuntime:
     return _runtime(controller, request.match_info["name"])
 
 
-def _authorize(request: web.Request, controller: Controller) -> None:
+def _token(controller: Controller) -> str | None:
     http = controller.config.http
-    token = http.token or os.environ.get(http.token_env, "").strip() or None
+    return http.token or os.environ.get(http.token_env, "").strip() or None
+
+
+def _authorize(request: web.Request, controller: Controller, reads: bool = False) -> None:
+    http = controller.config.http
+    token = _token(controller)
     if token is None:
-        raise ApiError(
-            403,
-            "write endpoints are disabled: no token configured; "
-            f"set http.token in the config or ${http.token_env} in the environment",
-        )
+        fix = f"set http.token in the config or ${http.token_env} in the environment"
+        if reads:
+            raise ApiError(
+                403,
+                f"reads need a token (http.require_token_for_reads) and none is configured; {fix}",
+            )
+        raise ApiError(403, f"write endpoints are disabled: no token configured; {fix}")
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not given.strip():
         raise ApiError(
@@ -372,8 +483,31 @@ def _authorize(request: web.Request, controller: Controller) -> None:
             {"WWW-Authenticate": 'Bearer realm="autoscalerd"'},
         )
     # Constant time, on bytes: a str compare_digest rejects non-ASCII with a TypeError.
-    if not hmac.compare_digest(given.strip().encode(), token.encode()):
-        raise ApiError(403, "wrong token")
+    # aiohttp keeps header bytes that are not UTF-8 as surrogates: back to those bytes.
+    sent = given.strip().encode("utf-8", "surrogateescape")
+    if not hmac.compare_digest(sent, token.encode("utf-8", "surrogatepass")):
+        raise ApiError(403, "wrong token", rejected=True)
+
+
+def _secrets(controller: Controller) -> list[str]:
+    """The tokens this daemon holds: its own and the Ray dashboard's."""
+    found = [_token(controller)]
+    with contextlib.suppress(OSError, ValueError):  # an unreadable token file hides nothing
+        found.append(controller.config.cluster.resolve_token())
+    return [secret for secret in found if secret]
+
+
+def _redacted(value: Any, secrets: list[str]) -> Any:
+    """`value` with every secret in its strings replaced."""
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {k: _redacted(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(v, secrets) for v in value]
+    return value
 
 
 def _runtime(controller: Controller, name: str) -> DeploymentRuntime:
@@ -385,11 +519,25 @@ def _runtime(controller: Controller, name: str) -> DeploymentRuntime:
 
 
 async def _json_object(request: web.Request) -> dict[str, Any]:
-    text = await request.text()
+    raw = await request.read()  # 413 beyond MAX_BODY_BYTES
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(
+            400, f"body: not UTF-8 (byte {exc.start}); send JSON encoded as UTF-8", rejected=True
+        ) from None
     try:
         body = json.loads(text) if text.strip() else None
     except json.JSONDecodeError as exc:
         raise ApiError(400, f"body: malformed JSON ({exc.msg} at char {exc.pos})") from None
+    except RecursionError:
+        raise ApiError(
+            400, 'body: JSON nested too deeply; send {"replicas": N, "ttl_s": T}', rejected=True
+        ) from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise ApiError(
+            400, "body: a number too long to be a replica count", rejected=True
+        ) from None
     if not isinstance(body, dict):
         raise ApiError(400, 'body: must be a JSON object, e.g. {"replicas": 4, "ttl_s": 600}')
     return body
@@ -422,22 +570,49 @@ def _operator_changed(
 async def _json_errors(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
+    rejections = request.app[REJECTIONS]
     try:
         return await handler(request)
     except ApiError as exc:
+        if exc.rejected:
+            rejections.note(request.remote, exc.status, exc.message, path=request.path)
         return _json({"error": exc.message}, exc.status, exc.headers)
     except web.HTTPException as exc:  # no route (404), wrong method (405), too large (413)
         if exc.status < 400:
             raise
+        message = f"{exc.reason.lower()}: {request.method} {request.path}"
+        if exc.status == 413:
+            message += f"; a body is at most {MAX_BODY_BYTES} bytes"
+            rejections.note(request.remote, exc.status, message)
         headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
-        return _json(
-            {"error": f"{exc.reason.lower()}: {request.method} {request.path}"}, exc.status, headers
-        )
+        return _json({"error": message}, exc.status, headers)
     except Exception as exc:
-        logs.get("autoscalerd.server").error(
-            "http_internal_error", path=request.path, error=f"{type(exc).__name__}: {exc}"
+        # A bug, though a client may trigger it: logged like a rejection, once a minute.
+        rejections.note(
+            request.remote,
+            500,
+            " ".join(f"{type(exc).__name__}: {exc}".split())[:300],
+            level="error",
+            event="http_internal_error",
+            path=request.path,
         )
         return _json({"error": "internal error; see the autoscalerd log"}, 500)
+
+
+# Probes cannot send a token: these stay open whatever http.require_token_for_reads says.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+@web.middleware
+async def _read_token(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """With http.require_token_for_reads, every path but the probes' takes the token:
+    GET /v1/... and /metrics, and unknown paths too, so that they reveal nothing."""
+    controller = request.app[CONTROLLER]
+    if controller.config.http.require_token_for_reads and request.path not in OPEN_PATHS:
+        _authorize(request, controller, reads=True)
+    return await handler(request)
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

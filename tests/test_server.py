@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,10 +30,13 @@ class RateSensor:
     def __init__(self, rate_per_s: float) -> None:
         self.rate_per_s = rate_per_s
         self.fail = False
+        self.fail_with: str | None = None
 
     async def sense(self, now_s: float) -> SenseResult:
         if self.fail:
             raise ConnectionError("dashboard unreachable")
+        if self.fail_with is not None:
+            raise ConnectionError(self.fail_with)
         obs = Observation(NAME, now_s, arrival_rate_per_s=Reading(self.rate_per_s, now_s))
         return SenseResult({NAME: obs}, {NAME: DeploymentInfo(name=NAME)})
 
@@ -171,6 +175,7 @@ async def test_token_from_the_named_environment_variable(monkeypatch: pytest.Mon
         ('{"replicas": 3, "ttl_s": "600"}', "ttl_s: must be"),
         ('{"replicas": 3, "ttl_s": Infinity}', "ttl_s: must be"),
         ('{"replicas": 3, "ttl_s": 1e12}', "ttl_s: must be"),
+        ('{"replicas": 3, "ttl_s": 1' + "0" * 400 + "}", "ttl_s: must be"),  # no float fits
         ('{"replicas": 3, "until": 5}', "unknown field 'until'"),
     ],
 )
@@ -257,3 +262,62 @@ async def test_decisions_ring_filters_and_limits(api: Api) -> None:
     assert times == sorted(times) and times[-1] == api.now_s
     status, body = await api.call("GET", "/v1/decisions?changed=true")
     assert [d["target_replicas"] for d in body["decisions"]] == [4]
+
+
+# ---------------------------------------------------------------- reads behind the token
+
+
+async def test_reads_need_the_token_when_configured() -> None:
+    async for api in make_api(config(token=TOKEN, require_token_for_reads=True)):
+        await api.tick()
+        for path in ("/v1/status", "/v1/decisions", "/v1/nothing"):
+            status, body = await api.call("GET", path)
+            assert status == 401 and "authorization required" in body["error"], (path, body)
+            status, body = await api.call("GET", path, headers={"Authorization": "Bearer no"})
+            assert status == 403 and body == {"error": "wrong token"}
+        assert (await api.call("GET", "/v1/status", headers=AUTH))[0] == 200
+        metrics = await api.client.get("/metrics")
+        assert metrics.status == 401 and "authorization required" in (await metrics.json())["error"]
+        assert (await api.client.head("/metrics")).status == 401
+        metrics = await api.client.get("/metrics", headers=AUTH)
+        assert metrics.status == 200 and "autoscalerd_ticks_total" in await metrics.text()
+        # Probes cannot send tokens: health and readiness stay open.
+        assert (await api.call("GET", "/healthz"))[0] == 200
+        assert (await api.call("GET", "/readyz"))[0] == 200
+
+
+async def test_reads_are_refused_when_they_need_a_token_and_none_is_configured() -> None:
+    async for api in make_api(config(require_token_for_reads=True)):
+        status, body = await api.call("GET", "/v1/status", headers=AUTH)
+        assert status == 403
+        assert "require_token_for_reads" in body["error"]
+        assert "AUTOSCALERD_TEST_UNSET_TOKEN" in body["error"]
+
+
+async def test_no_configured_token_is_ever_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    ray_token = "ray-s3cret-from-the-cluster"
+    monkeypatch.setenv("AUTOSCALERD_TEST_UNSET_TOKEN", "env-s3cret")
+    cfg = config(token=TOKEN)
+    cfg = cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"token": ray_token})})
+    async for api in make_api(cfg):
+        await api.tick()
+        # A sensor whose error echoes what the dashboard sent back.
+        api.sensor.fail_with = f"dashboard said: Authorization: Bearer {ray_token} ({TOKEN})"
+        await api.tick()
+        for path in ("/v1/status", "/readyz", "/v1/decisions", "/metrics", "/healthz"):
+            text = await (await api.client.get(path, headers=AUTH)).text()
+            for secret in (ray_token, TOKEN, "env-s3cret"):
+                assert secret not in text, (path, secret)
+        body = (await api.call("GET", "/v1/status"))[1]
+        assert "[redacted]" in body["sensors"]["rate"]["error"]
+
+
+def test_the_kuberay_sidecar_keeps_reads_behind_the_token() -> None:
+    import yaml
+
+    from autoscalerd.config import parse_config
+
+    path = Path(__file__).resolve().parents[1] / "config" / "kuberay-sidecar.yaml"
+    configmap = next(d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "ConfigMap")
+    http = parse_config(configmap["data"]["config.yaml"], source="kuberay-sidecar").http
+    assert http.addr.startswith("0.0.0.0:") and http.require_token_for_reads is True
