@@ -3,7 +3,9 @@
 One aiohttp session per client, a connection limit that bounds concurrency, a timeout on
 every request, and failures as `DashboardError`: a kind the caller can act on and one
 line a person can act on. The Bearer token goes to the dashboard only, never to metrics
-endpoints, and never into a message or a log.
+endpoints, and never into a message or a log: a dashboard (or a proxy before it) may echo
+the request's headers in an error body, so every answer is scrubbed of the token sent and
+of anything shaped like a credential before a caller sees it.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 
@@ -24,6 +27,15 @@ AUTH = "auth"
 UNAVAILABLE = "unavailable"
 TIMEOUT = "timeout"
 ERROR = "error"
+
+REDACTED = "[redacted]"
+# Credentials by their shape, whatever was sent: an Authorization header's value as a
+# server echoes it (`Authorization: Basic ...`, `'authorization': 'Bearer ...'`), then any
+# remaining `Bearer <token>`.
+_CREDENTIALS = (
+    re.compile(r"""(authorization['"]?\s*[:=]\s*['"]?)[^'"\r\n,;}]+""", re.IGNORECASE),
+    re.compile(r"\b(bearer\s+)[^\s'\",;}]+", re.IGNORECASE),
+)
 
 
 class DashboardError(Exception):
@@ -142,7 +154,7 @@ class DashboardClient:
         except aiohttp.ClientError as exc:
             raise DashboardError(
                 UNAVAILABLE,
-                f"dashboard {self.base_url} unreachable ({_reason(exc)}); "
+                f"dashboard {self.base_url} unreachable ({scrubbed(_reason(exc), token.token)}); "
                 "is Ray running, and is cluster.dashboard_url right?",
             ) from None
         if status in (401, 403):
@@ -151,7 +163,8 @@ class DashboardClient:
             parsed: Any = json.loads(text)
         except ValueError:
             parsed = text
-        return Response(status, parsed)
+        # Error answers are where a server echoes the request; a success's data is left as is.
+        return Response(status, parsed if status < 300 else scrubbed(parsed, token.token))
 
     def _auth_message(self, status: int, token: TokenSource) -> str:
         fix = (
@@ -172,6 +185,25 @@ class DashboardClient:
         if self._session is not None and not self._session.closed:
             await self._session.close()
         self._session = None
+
+
+def scrubbed(value: Any, token: str | None) -> Any:
+    """`value` (an answer's text or parsed JSON, or a message) with `token` and anything
+    shaped like a credential replaced by REDACTED, in every string, keys included."""
+    if isinstance(value, str):
+        if token:
+            # As sent, percent-encoded (echoed in a URL) and JSON-escaped (in raw JSON).
+            forms = {token, quote(token, safe=""), json.dumps(token)[1:-1]}
+            for form in sorted(forms, key=len, reverse=True):
+                value = value.replace(form, REDACTED)
+        for pattern in _CREDENTIALS:
+            value = pattern.sub(rf"\1{REDACTED}", value)
+        return value
+    if isinstance(value, dict):
+        return {scrubbed(k, token): scrubbed(v, token) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrubbed(v, token) for v in value]
+    return value
 
 
 def _reason(exc: BaseException) -> str:
