@@ -425,7 +425,16 @@ async def post_resume(request: web.Request) -> web.Response:
 
 async def post_override(request: web.Request) -> web.Response:
     runtime = _authorized_runtime(request)
-    body = await _json_object(request)
+    replicas, ttl_s = parse_override(json_body(await request.read()))  # 413 past the limit
+    bounds = runtime.config.autoscaling
+    runtime.override_replicas = min(max(replicas, bounds.min_replicas), bounds.max_replicas)
+    now_s = request.app[CONTROLLER].clock.now_s()
+    runtime.override_until_s = None if ttl_s is None else now_s + ttl_s
+    return _operator_changed(request, runtime, "operator_override", requested=replicas)
+
+
+def parse_override(body: dict[str, Any]) -> tuple[int, float | None]:
+    """(replicas, ttl_s) from an override's JSON object; ApiError (400) for anything else."""
     unknown = sorted(set(body) - {"replicas", "ttl_s"})
     if unknown:
         raise ApiError(400, f"unknown field {unknown[0]!r}; an override takes replicas, ttl_s")
@@ -433,9 +442,9 @@ async def post_override(request: web.Request) -> web.Response:
         raise ApiError(400, 'replicas: required, e.g. {"replicas": 4, "ttl_s": 600}')
     replicas = body["replicas"]
     if isinstance(replicas, bool) or not isinstance(replicas, int):
-        raise ApiError(400, f"replicas: must be an integer, got {json.dumps(replicas)}")
+        raise ApiError(400, f"replicas: must be an integer, got {_shown(replicas)}")
     if replicas < 0:
-        raise ApiError(400, f"replicas: must be >= 0, got {replicas}")
+        raise ApiError(400, f"replicas: must be >= 0, got {_shown(replicas)}")
     ttl_s = body.get("ttl_s")
     # The range alone refuses NaN and infinity; math.isfinite would overflow on a huge int.
     if ttl_s is not None and (
@@ -446,11 +455,13 @@ async def post_override(request: web.Request) -> web.Response:
         raise ApiError(
             400, f"ttl_s: must be a number of seconds in (0, {MAX_OVERRIDE_TTL_S:.0f}] or null"
         )
-    bounds = runtime.config.autoscaling
-    runtime.override_replicas = min(max(replicas, bounds.min_replicas), bounds.max_replicas)
-    now_s = request.app[CONTROLLER].clock.now_s()
-    runtime.override_until_s = None if ttl_s is None else now_s + float(ttl_s)
-    return _operator_changed(request, runtime, "operator_override", requested=replicas)
+    return replicas, None if ttl_s is None else float(ttl_s)
+
+
+def _shown(value: Any) -> str:
+    """A JSON value for a message, cut short."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _authorized_runtime(request: web.Request) -> DeploymentRuntime:
@@ -475,7 +486,14 @@ def _authorize(request: web.Request, controller: Controller, reads: bool = False
                 f"reads need a token (http.require_token_for_reads) and none is configured; {fix}",
             )
         raise ApiError(403, f"write endpoints are disabled: no token configured; {fix}")
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    check_bearer(request.headers.get("Authorization", ""), token)
+
+
+def check_bearer(authorization: str, token: str) -> None:
+    """An Authorization header's value against the token: ApiError 401 without a Bearer
+    token, 403 with another; any string, even one holding the surrogates that aiohttp
+    decodes bytes that are not UTF-8 to."""
+    scheme, _, given = authorization.partition(" ")
     if scheme.lower() != "bearer" or not given.strip():
         raise ApiError(
             401,
@@ -483,8 +501,9 @@ def _authorize(request: web.Request, controller: Controller, reads: bool = False
             {"WWW-Authenticate": 'Bearer realm="autoscalerd"'},
         )
     # Constant time, on bytes: a str compare_digest rejects non-ASCII with a TypeError.
-    # aiohttp keeps header bytes that are not UTF-8 as surrogates: back to those bytes.
-    sent = given.strip().encode("utf-8", "surrogateescape")
+    # surrogatepass never fails, and its bytes for a surrogate are never valid UTF-8, so
+    # they match no token.
+    sent = given.strip().encode("utf-8", "surrogatepass")
     if not hmac.compare_digest(sent, token.encode("utf-8", "surrogatepass")):
         raise ApiError(403, "wrong token", rejected=True)
 
@@ -518,8 +537,8 @@ def _runtime(controller: Controller, name: str) -> DeploymentRuntime:
     return runtime
 
 
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()  # 413 beyond MAX_BODY_BYTES
+def json_body(raw: bytes) -> dict[str, Any]:
+    """A request body as a JSON object; ApiError (400) for any other bytes."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

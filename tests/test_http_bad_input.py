@@ -15,12 +15,25 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from autoscalerd.clock import VirtualClock
 from autoscalerd.loop import Controller
 from autoscalerd.metrics import Metrics
-from autoscalerd.server import REJECTIONS, HealthRule, RejectionLog, create_app, start
+from autoscalerd.server import (
+    MAX_OVERRIDE_TTL_S,
+    REJECTIONS,
+    ApiError,
+    HealthRule,
+    RejectionLog,
+    check_bearer,
+    create_app,
+    json_body,
+    parse_override,
+    start,
+)
 from tests.test_server import NAME, TOKEN, RateSensor, config
 
 PAUSE = f"/v1/deployments/{NAME}/pause".encode()
@@ -191,3 +204,56 @@ def test_the_rejection_log_is_bounded_in_addresses() -> None:
         now_s[0] = 61.0  # the first two are forgotten: room again
         assert rejections.note("10.0.0.5", 400, "bad")
     assert [e["peer"] for e in events] == ["10.0.0.1", "10.0.0.2", "other addresses", "10.0.0.5"]
+
+
+# ---------------------------------------------------------------- the parsers, fuzzed
+
+JSONISH = st.one_of(
+    st.binary(max_size=200),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+        max_leaves=12,
+    ).map(lambda value: json.dumps(value).encode()),
+    st.sampled_from(
+        [
+            b"[" * 5000,
+            b"{" * 5000,
+            b'{"replicas": ' + b"9" * 5000 + b"}",
+            b'{"replicas": 1e999}',
+            b'{"replicas": 3, "ttl_s": NaN}',
+            b'{"replicas": 3, "ttl_s": -Infinity}',
+            b"\xef\xbb\xbf{}",
+        ]
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    JSONISH, st.dictionaries(st.sampled_from(["replicas", "ttl_s"]), st.integers() | st.floats())
+)
+def test_an_override_body_parses_or_is_a_400(raw: bytes, fields: dict[str, Any]) -> None:
+    for body in (raw, json.dumps(fields).encode()):
+        try:
+            replicas, ttl_s = parse_override(json_body(body))
+        except ApiError as exc:
+            assert exc.status == 400 and "\n" not in exc.message
+            continue
+        assert isinstance(replicas, int) and replicas >= 0
+        assert ttl_s is None or 0 < ttl_s <= MAX_OVERRIDE_TTL_S
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(max_size=60)
+    | st.binary(max_size=60).map(lambda b: b.decode("utf-8", "surrogateescape"))
+)
+def test_any_authorization_value_is_checked_without_an_exception(header: str) -> None:
+    for value in (header, "Bearer " + header):
+        try:
+            check_bearer(value, TOKEN)
+        except ApiError as exc:
+            assert exc.status in (401, 403)
+        else:
+            assert value.split(None, 1)[1].strip() == TOKEN
