@@ -277,7 +277,8 @@ def load_trace_text(
 def _check_window(window: TraceWindow) -> None:
     if not 0 < window.rate_scale <= MAX_RATE_SCALE:  # also refuses NaN
         raise TraceError(
-            f"rate scale must be a number in (0, {MAX_RATE_SCALE:g}] (got {window.rate_scale:g})"
+            f"rate scale must be a number in (0, {MAX_RATE_SCALE:g}] (got {window.rate_scale:g}); "
+            "pass a --rate-scale in that range"
         )
     if not 0 <= window.start_s <= MAX_SPAN_S:
         raise TraceError(
