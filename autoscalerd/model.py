@@ -84,6 +84,9 @@ class Observation:
     running_replicas: Reading | None = None
     starting_replicas: Reading | None = None
     platform_target_replicas: Reading | None = None
+    # The lowest share of metrics endpoints that answered cleanly over the rate windows:
+    # below 1 the load readings are lower bounds (scale up on them, never down).
+    metrics_coverage_ratio: Reading | None = None
     # User-visible latency (p99 over the look-back window).
     ttft_p99_s: Reading | None = None
     e2e_p99_s: Reading | None = None
@@ -156,6 +159,7 @@ class Reason(str, enum.Enum):
     SCALE_TO_ZERO = "scale_to_zero"
     ACTIVATE_FROM_ZERO = "activate_from_zero"
     STALE_DATA = "stale_data"  # inputs missing or older than max_metric_age_s: hold
+    PARTIAL_DATA = "partial_data"  # some metrics endpoints missing: lower bounds, no scale-down
     WARMUP = "warmup"  # not enough fresh history since start to scale down
     STEADY = "steady"  # nothing to change
     SCALE_UP = "scale_up"

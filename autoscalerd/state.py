@@ -8,15 +8,15 @@ version, a field that no longer fits) is moved aside with a warning and the daem
 without it.
 
 Restoring keeps what took time to learn: the forecaster (history, fitted model, errors),
-the learned service rate μ, the rate and recommendation windows, the cooldown and
+the learned replica model, the rate and recommendation windows, the cooldown and
 scale-to-zero timers, the last target and the operator's pause or override. One thing is
-kept only when the daemon was down briefly: `fresh_since_s`, the start of the current run
-of fresh data, which is what allows a scale-down (decide() blocks scale-down until it is a
-full downscale_delay_s old). Down for at most `max_metric_age_s`, the daemon missed no
-more than a stale reading would have hidden, so the saved run of fresh data still counts
-and the saved recommendation window covers the start. Down longer, the world may have
-changed unseen: fresh_since_s restarts, so no scale-down happens in the first
-downscale_delay_s after the start, exactly as without a state file.
+never kept: `fresh_since_s`, the start of the current run of fresh data, which is what
+allows a scale-down (decide() blocks scale-down until it is a full downscale_delay_s old).
+However brief the downtime, the platform may have been scaled meanwhile (by another
+controller, an operator, a head restart), and the saved windows describe the world before
+that: a restored state never lowers the platform's count before a full downscale window of
+fresh data, exactly as without a state file. The platform's current target, when read,
+wins over the saved one.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def restore(
         target_replicas=platform_replicas
         if platform_replicas is not None
         else state.target_replicas,
-        fresh_since_s=state.fresh_since_s if brief else None,
+        fresh_since_s=None,
         smoothed_replicas=state.smoothed_replicas if brief else None,
         # The first tick's interval is the sensor's, not the downtime: decide() would
         # otherwise spread this tick's rate over the whole gap in the forecaster.

@@ -176,13 +176,16 @@ def test_replay_resumes_where_the_trace_would_be() -> None:
     assert not snapshot.same_clock(7.0)
 
 
-def test_brief_restart_scales_down_as_if_never_stopped() -> None:
+def test_even_a_brief_restart_waits_a_full_window_before_scaling_down() -> None:
+    # The platform may have been scaled while the daemon was down, however briefly: the
+    # saved windows predate that, so only fresh data may lower what runs.
     saved = state.SavedDeployment(saved_at_s=150.0, state=busy_then_quiet())
     uninterrupted, _ = first_scale_down_s(saved.state, 151)
     restored = state.restore(saved, 153.0, cfg())
-    assert restored is not None and restored.fresh_since_s == saved.state.fresh_since_s
-    after_restart, _ = first_scale_down_s(restored, 153)
-    assert after_restart == uninterrupted
+    assert restored is not None and restored.fresh_since_s is None
+    after_restart, reasons = first_scale_down_s(restored, 153)
+    assert Reason.WARMUP in reasons
+    assert after_restart >= 153 + cfg().autoscaling.downscale_delay_s > uninterrupted
 
 
 def test_long_outage_blocks_scale_down_for_a_full_window_after_the_start() -> None:

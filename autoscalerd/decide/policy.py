@@ -331,7 +331,9 @@ def decide(
 
     # 8. Fail static: what may stop the change.
     if wanted < current:
-        blocker = fail_static.downscale_blocker(r.fresh, r.fresh_since_s, guarded, cfg, now_s)
+        blocker = fail_static.downscale_blocker(
+            r.fresh, r.fresh_since_s, guarded, cfg, now_s, partial=r.partial
+        )
         if blocker is not None:
             reasons.append(blocker)
             wanted = current

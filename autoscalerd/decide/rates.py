@@ -3,7 +3,9 @@
 The short view (the last tick, or `reactive_window_s`) is the scale-up evidence; the mean
 over `look_back_period_s` is the scale-down evidence. Missing input is a gap in the
 window, never a zero, and a tick without a fresh rate has no rate at all: the window's
-older samples were fresh once, and sizing on them now would act on stale data.
+older samples were fresh once, and sizing on them now would act on stale data. The run
+of fresh data that allows a scale-down (`fresh_since_s`) restarts after any gap: in the
+inputs, or in the ticks themselves (a paused process, a clock step).
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ class Rates:
     ongoing: float | None
     queued: float | None
     stale: tuple[str, ...]  # inputs the sensor knows of but that are too old
-    fresh: bool  # the primary input is fresh and nothing watched is stale
+    # Some metrics endpoints did not answer (or answered NaN) within the window: the
+    # rates are lower bounds, evidence to scale up on, never down.
+    partial: bool
+    fresh: bool  # the primary input is fresh, complete, and nothing watched is stale
     fresh_since_s: float | None
     last_arrival_at_s: float | None
     rate_samples: tuple[tuple[float, float], ...]
@@ -63,10 +68,14 @@ def observe(obs: Observation, state: DeploymentState, cfg: DeploymentConfig, now
     last_arrival_at_s = state.last_arrival_at_s
     if (arrivals or 0.0) > 0 or (ongoing or 0.0) + (queued or 0.0) > 0:
         last_arrival_at_s = now_s
-    fresh = arrivals is not None and not stale
-    fresh_since_s = (
-        (state.fresh_since_s if state.fresh_since_s is not None else now_s) if fresh else None
-    )
+    coverage = obs.fresh("metrics_coverage_ratio", now_s, max_age_s)
+    partial = obs.metrics_coverage_ratio is not None and (coverage is None or coverage < 1.0)
+    fresh = arrivals is not None and not stale and not partial
+    # A gap in the ticks themselves (the process paused, the clock stepped) longer than data
+    # stays fresh is an outage too: nothing was watched meanwhile, so the run restarts.
+    gap = state.last_decided_at_s is not None and now_s - state.last_decided_at_s > max_age_s
+    since_s = state.fresh_since_s if not gap else None
+    fresh_since_s = (since_s if since_s is not None else now_s) if fresh else None
     return Rates(
         arrival_rate_per_s=arrivals,
         rate_obs_per_s=rate_obs,
@@ -74,6 +83,7 @@ def observe(obs: Observation, state: DeploymentState, cfg: DeploymentConfig, now
         ongoing=ongoing,
         queued=queued,
         stale=stale,
+        partial=partial,
         fresh=fresh,
         fresh_since_s=fresh_since_s,
         last_arrival_at_s=last_arrival_at_s,

@@ -122,8 +122,13 @@ def learn(
     tick_s: float,
     max_age_s: float,
 ) -> ReplicaModelState:
-    """Fold this tick's readings into the sums. Missing readings change nothing."""
+    """Fold this tick's readings into the sums. Missing readings change nothing, and
+    neither do partial ones: with a metrics endpoint missing, counters and gauges come from
+    different subsets of the replicas, and their ratios are no measure of a replica."""
     if not cfg.learn:
+        return state
+    coverage = obs.metrics_coverage_ratio
+    if coverage is not None and not (coverage.value >= 1.0):
         return state
 
     def fresh(name: str) -> float | None:
