@@ -23,6 +23,13 @@ class DeploymentInfo:
     # The platform's current target and when it was read: actuators compare it with what
     # they last set to notice someone else changing it (ownership conflict).
     platform_target_replicas: Reading | None = None
+    # True when the sensor reads a real platform (Ray Serve): the daemon then actuates a
+    # deployment only once it has read the platform's current target. A replay has no
+    # platform to read.
+    watches_platform: bool = False
+    # Changes when the platform restarts (Ray Serve: the controller's actor id), after
+    # which nothing the daemon set there is in force: actuators assert it again.
+    platform_epoch: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

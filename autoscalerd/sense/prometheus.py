@@ -88,7 +88,10 @@ class CounterDeltas:
     a drop means its owner restarted and counts from zero again, and a series seen for the
     first time grew from zero. With `count=False` the value is only recorded: for the
     first scrape of an endpoint, or the first after a gap, whose growth happened before
-    or between our looks and must not read as a burst now.
+    or between our looks and must not read as a burst now; a series missing from the
+    previous round is recorded the same way when it comes back. A NaN, infinite or negative
+    value is unknown: None, the last good value kept (its growth counts once the series
+    reads again), never a zero.
     """
 
     def __init__(self) -> None:
@@ -96,13 +99,17 @@ class CounterDeltas:
         self._seen_round: dict[object, int] = {}
         self._round = 0
 
-    def advance(self, key: object, value: float, count: bool) -> float:
+    def advance(self, key: object, value: float, count: bool) -> float | None:
         if not math.isfinite(value) or value < 0:
-            return 0.0
+            return None
+        seen_round = self._seen_round.get(key)
         self._seen_round[key] = self._round
         previous = self._last.get(key)
         self._last[key] = value
         if not count:
+            return 0.0
+        if previous is not None and seen_round is not None and seen_round < self._round - 1:
+            # Back after missing rounds: what it grew meanwhile is not this round's growth.
             return 0.0
         if previous is None or value < previous:
             return value

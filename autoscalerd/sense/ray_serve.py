@@ -112,6 +112,8 @@ class RayServeSensor:
         self._targets: list[MetricsTarget] = []
         self._targets_at_s: float | None = None
         self._last_success_s: dict[str, float] = {}
+        # url -> the book's round count after the last round it answered cleanly in.
+        self._answered_last_round: dict[str, int] = {}
         self._last_scrape_s: float | None = None
         self._reported: dict[str, str] = {}
         self._poller: asyncio.Task[None] | None = None
@@ -218,7 +220,15 @@ class RayServeSensor:
         try:
             body = await self._client.get_json(APPLICATIONS_PATH)
             fetched_at_s = self._wall()
-            return parse_applications(body), fetched_at_s
+            state = parse_applications(body)
+            self._report(
+                "applications",
+                f"{len(state.skipped)} entries not in Serve's shape, left out: "
+                + "; ".join(state.skipped[:3])
+                if state.skipped
+                else "",
+            )
+            return state, fetched_at_s
         except DashboardError as exc:
             return str(exc)
         except ShapeError as exc:
@@ -265,21 +275,38 @@ class RayServeSensor:
         for url, answer in answers.items():
             if isinstance(answer, str):
                 failures.append(answer)
+                self._book.forget_gauges(url)  # its last values are not what runs now
                 continue
             fetched_at_s, text = answer
             try:
                 samples = parse(text, sm.FAMILY_NAMES)
             except MetricsParseError as exc:
                 failures.append(f"{url}: not Prometheus text ({exc})")
+                self._book.forget_gauges(url)
                 continue
             previous_s = self._last_success_s.get(url)
-            # Growth counts only for endpoints we have watched without a gap.
-            count = previous_s is not None and fetched_at_s - previous_s <= self._book.gap_s
+            # Growth counts only for endpoints watched without a gap: answered in the
+            # previous round too. One that missed a round (down, garbage) starts again
+            # from its current values, or what it counted meanwhile would read as a burst
+            # now; the window over its outage stays marked incomplete instead.
+            count = (
+                previous_s is not None
+                and fetched_at_s - previous_s <= self._book.gap_s
+                and self._answered_last_round.get(url) == self._book.rounds
+                and url not in self._book.bad_last_round
+            )
             self._book.ingest(url, samples, fetched_at_s, attribution, count)
             self._last_success_s[url] = fetched_at_s
+            self._answered_last_round[url] = self._book.rounds + 1
             latest_s = fetched_at_s if latest_s is None else max(latest_s, fetched_at_s)
-        if latest_s is not None:
-            self._book.end_round(latest_s)
+        if answers:
+            # A round in which nothing answered still counts as a round: the endpoints
+            # then start again from their values, and the window records the hole.
+            self._book.end_round(
+                latest_s if latest_s is not None else self._wall(),
+                endpoints=len(answers),
+                failed=len(failures),
+            )
         if failures:
             # A failed endpoint may be a node that just left: look again next round.
             self._targets_at_s = None
@@ -317,7 +344,10 @@ class RayServeSensor:
             )
             return SenseResult({}, {}, error=error)
         state_at_s = self._state_at_s if self._state_at_s is not None else self._wall()
-        infos = {name: _info(dep, state_at_s) for name, dep in state.deployments.items()}
+        infos = {
+            name: _info(dep, state_at_s, state.controller_id)
+            for name, dep in state.deployments.items()
+        }
         if self._dashboard_error is not None:
             unknown = {
                 name: Observation(deployment=name, sensed_at_s=self._wall()) for name in infos
@@ -400,6 +430,9 @@ class RayServeSensor:
             backlog_s = min(backlog_s, look_back_s)  # nothing finished: at least that long
             wait_s = backlog_s if wait_s is None else max(wait_s, backlog_s)
         put("queue_wait_p99_s", wait_s, round_s)
+        # A node that did not answer (or answered NaN) is missing from every window over
+        # that round: the rates above are then lower bounds, and the decision knows it.
+        put("metrics_coverage_ratio", book.coverage_ratio(max(window_s, look_back_s)), round_s)
         self._replica_model_inputs(name, dep, fields, round_s, window_s, look_back_s)
         kv = book.gauge(name, sm.VLLM_KV_CACHE)
         if kv is not None and kv.series:
@@ -464,9 +497,10 @@ class RayServeSensor:
                 fields[field] = Histogram(tuple(b * scale for b in bounds), counts, round_s)
 
 
-def _info(dep: ServeDeployment, state_at_s: float) -> DeploymentInfo:
+def _info(dep: ServeDeployment, state_at_s: float, controller_id: str | None) -> DeploymentInfo:
     target = dep.target_replicas
     return DeploymentInfo(
+        platform_epoch=controller_id,
         name=dep.name,
         app=dep.app,
         deployment=dep.deployment,
@@ -476,4 +510,5 @@ def _info(dep: ServeDeployment, state_at_s: float) -> DeploymentInfo:
         platform_target_replicas=(
             Reading(float(target), state_at_s) if target is not None else None
         ),
+        watches_platform=True,
     )

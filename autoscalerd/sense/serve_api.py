@@ -6,12 +6,14 @@ Shapes as of Ray 2.60:
   `target_num_replicas`, `required_resources` (per replica, e.g. {"CPU": 0, "GPU": 1.0}),
   `deployment_config.max_ongoing_requests` and `.ray_actor_options`, and `replicas[]` with
   `state` (STARTING, RUNNING, ...), `replica_id`, `worker_id`, `node_id`.
+  `controller_info.actor_id` names the Serve controller (a new one after a restart).
 - `GET /nodes?view=summary`: `data.summary[].raylet` has `state`, `nodeId`,
   `nodeManagerAddress` and `metricsExportPort` (each node's Prometheus endpoint).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +52,11 @@ class MetricsTarget:
 @dataclass(frozen=True, slots=True)
 class ServeState:
     deployments: Mapping[str, ServeDeployment] = field(default_factory=dict)
+    # Entries left out because they were not in Serve's shape: one line each.
+    skipped: tuple[str, ...] = ()
+    # The Serve controller's actor id: a new one after a head or controller restart, when
+    # every target the daemon set is gone.
+    controller_id: str | None = None
 
     def ingress_of(self, app: str) -> str | None:
         for dep in self.deployments.values():
@@ -71,19 +78,38 @@ def parse_applications(body: Any) -> ServeState:
     if not isinstance(apps, Mapping):
         raise ShapeError("'applications' is not an object")
     out: dict[str, ServeDeployment] = {}
+    skipped: list[str] = []
+    # One application or deployment out of shape affects that entry only.
     for app_name, app in apps.items():
         if not isinstance(app, Mapping):
-            raise ShapeError(f"application {app_name!r} is not an object")
+            skipped.append(f"application {app_name!r} is not an object")
+            continue
         topology = app.get("deployment_topology") or {}
         ingress = topology.get("ingress_deployment") if isinstance(topology, Mapping) else None
         deployments = app.get("deployments") or {}
         if not isinstance(deployments, Mapping):
-            raise ShapeError(f"application {app_name!r}: 'deployments' is not an object")
-        external = bool(app.get("external_scaler_enabled", False))
+            skipped.append(f"application {app_name!r}: 'deployments' is not an object")
+            continue
+        external = app.get("external_scaler_enabled", False) is True
         for dep_name, dep in deployments.items():
-            parsed = _deployment(str(app_name), str(dep_name), dep, external, ingress)
+            try:
+                parsed = _deployment(str(app_name), str(dep_name), dep, external, ingress)
+            except ShapeError as exc:
+                skipped.append(str(exc))
+                continue
             out[parsed.name] = parsed
-    return ServeState(out)
+    controller = body.get("controller_info")
+    actor = controller.get("actor_id") if isinstance(controller, Mapping) else None
+    return ServeState(out, tuple(skipped), str(actor) if actor else None)
+
+
+def _count(value: Any) -> int | None:
+    """A replica or request count: a finite number >= 0, else unknown (never 0)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or value < 0 or value > 1e9:
+        return None
+    return int(value)
 
 
 def _deployment(app: str, name: str, dep: Any, external: bool, ingress: Any) -> ServeDeployment:
@@ -94,18 +120,20 @@ def _deployment(app: str, name: str, dep: Any, external: bool, ingress: Any) -> 
         raise ShapeError(f"deployment {app}/{name}: 'replicas' is not a list")
     states = [str(r.get("state", "")) for r in replicas if isinstance(r, Mapping)]
     config = dep.get("deployment_config") or {}
-    target = dep.get("target_num_replicas")
-    max_ongoing = config.get("max_ongoing_requests") if isinstance(config, Mapping) else None
+    target = _count(dep.get("target_num_replicas"))
+    max_ongoing = _count(
+        config.get("max_ongoing_requests") if isinstance(config, Mapping) else None
+    )
     return ServeDeployment(
         app=app,
         deployment=name,
         external_scaler_enabled=external,
         # A single-deployment app built without topology still has its one ingress.
         ingress=(ingress == name) if ingress else True,
-        target_replicas=int(target) if isinstance(target, int | float) else None,
+        target_replicas=target,
         running_replicas=sum(1 for s in states if s in SERVING_STATES),
         starting_replicas=sum(1 for s in states if s in STARTING_STATES),
-        max_ongoing_requests=int(max_ongoing) if isinstance(max_ongoing, int | float) else None,
+        max_ongoing_requests=max_ongoing or None,
         resources_per_replica=_resources(dep, config),
         replica_ids=_ids(replicas, "replica_id"),
         worker_ids=_ids(replicas, "worker_id"),
@@ -131,7 +159,11 @@ def _resources(dep: Mapping[str, Any], config: Any) -> dict[str, float]:
         if options.get("memory"):
             source["memory"] = options["memory"]
     # Zero entries mean "none"; keeping them would make empty bundles look meaningful.
-    return {k: float(v) for k, v in source.items() if isinstance(v, int | float) and v > 0}
+    return {
+        k: float(v)
+        for k, v in source.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    }
 
 
 def parse_metrics_targets(body: Any) -> list[MetricsTarget]:
@@ -164,6 +196,10 @@ def parse_service_discovery(body: Any) -> list[MetricsTarget]:
         raise ShapeError("service discovery file is not a JSON list")
     targets: list[MetricsTarget] = []
     for group in body:
-        for address in group.get("targets", []) if isinstance(group, Mapping) else []:
-            targets.append(MetricsTarget("", f"http://{address}/metrics"))
+        addresses = group.get("targets") if isinstance(group, Mapping) else None
+        if not isinstance(addresses, list):
+            continue  # one malformed group affects that group only
+        for address in addresses:
+            if isinstance(address, str) and address and "/" not in address:
+                targets.append(MetricsTarget("", f"http://{address}/metrics"))
     return targets

@@ -22,6 +22,8 @@ they are attributed through the replicas the Serve API lists.
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -167,6 +169,13 @@ class MetricsBook:
         self.rounds = 0
         self.serve_samples_last_round = 0
         self._round_serve_samples = 0
+        # Endpoints whose scrape this round held unknown values (NaN, ±Inf, negative).
+        self._round_bad: set[str] = set()
+        self.bad_last_round: frozenset[str] = frozenset()
+        # When each endpoint last exported any Serve series.
+        self._serve_seen_s: dict[str, float] = {}
+        # (round time, share of the endpoints that answered with clean values).
+        self._coverage: deque[tuple[float, float]] = deque()
 
     # ------------------------------------------------------------------ ingest
 
@@ -181,6 +190,7 @@ class MetricsBook:
         """One endpoint's scrape. `count=False` only records values (first scrape, or the
         first after a gap), so that history before we watched is not read as new traffic."""
         gauges: dict[tuple[str, str], tuple[float, int]] = {}
+        serve_before = self._round_serve_samples
         for sample in samples:
             family = family_of(sample.name, FAMILY_NAMES)
             if family is None:
@@ -193,6 +203,9 @@ class MetricsBook:
                 self._round_serve_samples += 1
             self._signals.setdefault(deployment, set()).add(signal)
             if kind == GAUGE:
+                if not math.isfinite(sample.value) or sample.value < 0:
+                    self._round_bad.add(target)
+                    continue
                 total, series = gauges.get((deployment, signal), (0.0, 0))
                 gauges[(deployment, signal)] = (total + sample.value, series + 1)
             elif kind == COUNTER:
@@ -200,21 +213,42 @@ class MetricsBook:
                     continue
                 key = (target, sample.name, label_key(sample.labels))
                 grew = self._deltas.advance(key, sample.value, count)
+                if grew is None:
+                    self._round_bad.add(target)
+                    continue
                 self._counter(deployment, signal).add(grew)
             elif sample.name.endswith(("_sum", "_count")) and family != sample.name:
                 # A histogram's sum and count grow like counters.
                 part = SUM if sample.name.endswith("_sum") else COUNT
                 key = (target, sample.name, label_key(sample.labels))
                 grew = self._deltas.advance(key, sample.value, count)
+                if grew is None:
+                    self._round_bad.add(target)
+                    continue
                 self._counter(deployment, signal + part).add(grew)
             elif sample.name.endswith("_bucket") and _HISTOGRAM_BOUND in sample.labels:
                 bound = _bound(sample.labels[_HISTOGRAM_BOUND])
                 if bound is None:
+                    self._round_bad.add(target)
                     continue
                 key = (target, sample.name, label_key(sample.labels))
                 grew = self._deltas.advance(key, sample.value, count)
+                if grew is None:
+                    self._round_bad.add(target)
+                    continue
                 self._histogram(deployment, signal).add(bound, grew)
         self._gauges[target] = (fetched_at_s, gauges)
+        if self._round_serve_samples > serve_before:
+            self._serve_seen_s[target] = fetched_at_s
+        elif fetched_at_s - self._serve_seen_s.get(target, -math.inf) <= self.keep_s:
+            # Serve's series vanished from an endpoint that had them within the window:
+            # whatever it answered (an error page, another exporter), its share of the
+            # load is missing from the window.
+            self._round_bad.add(target)
+
+    def forget_gauges(self, target: str) -> None:
+        """An endpoint that did not answer: its last gauges no longer describe anything."""
+        self._gauges.pop(target, None)
 
     def keep_targets(self, targets: Iterable[str]) -> None:
         """Forget the gauges of endpoints that are gone (removed nodes)."""
@@ -222,8 +256,18 @@ class MetricsBook:
         for url in [u for u in self._gauges if u not in alive]:
             del self._gauges[url]
 
-    def end_round(self, at_s: float) -> None:
-        """Close a round of scrapes whose data was fetched by `at_s`."""
+    def end_round(self, at_s: float, endpoints: int = 1, failed: int = 0) -> None:
+        """Close a round of scrapes whose data was fetched by `at_s`: `endpoints` were
+        scraped, `failed` of them did not answer. An endpoint that answered with unknown
+        values (NaN, ±Inf, negative) counts as failed too: what it did not say is missing
+        from every window over this round, so the totals are lower bounds."""
+        bad = failed + len(self._round_bad)
+        self.bad_last_round = frozenset(self._round_bad)
+        self._round_bad = set()
+        share = max(0.0, 1.0 - bad / endpoints) if endpoints > 0 else 0.0
+        self._coverage.append((at_s, share))
+        while self._coverage and self._coverage[0][0] < at_s - self.keep_s:
+            self._coverage.popleft()
         gap = self.last_mark_s is not None and at_s - self.last_mark_s > self.gap_s
         for counter in self._counters.values():
             if gap:
@@ -260,6 +304,14 @@ class MetricsBook:
         return self._histograms[key]
 
     # ------------------------------------------------------------------ queries
+
+    def coverage_ratio(self, window_s: float) -> float | None:
+        """The lowest share of endpoints that answered cleanly in any round of about the
+        last `window_s`: below 1, every rate and count over that window is a lower bound."""
+        if not self._coverage:
+            return None
+        end_s = self._coverage[-1][0]
+        return min(share for at_s, share in self._coverage if at_s >= end_s - window_s)
 
     def has(self, deployment: str, signal: str) -> bool:
         return signal in self._signals.get(deployment, ())
@@ -305,7 +357,9 @@ class MetricsBook:
 
 
 def _bound(text: str) -> float | None:
+    """A bucket's upper bound: finite, or +Inf; anything else (NaN, -Inf) is no bucket."""
     try:
-        return float(text)
+        bound = float(text)
     except ValueError:
         return None
+    return bound if math.isfinite(bound) or bound == math.inf else None

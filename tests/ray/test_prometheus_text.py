@@ -23,6 +23,7 @@ from autoscalerd.sense.serve_api import (
     ServeState,
     parse_applications,
     parse_metrics_targets,
+    parse_service_discovery,
 )
 
 COMMON = 'Component="core_worker",NodeAddress="192.0.2.2",SessionName="s",Version="2.60.0"'
@@ -94,8 +95,12 @@ def test_counter_deltas_handle_resets_and_new_series() -> None:
     assert deltas.advance("a", 8.0, count=True) == 3.0
     assert deltas.advance("a", 2.0, count=True) == 2.0  # reset: grew by 2 since
     assert deltas.advance("b", 4.0, count=True) == 4.0  # appeared while watched
-    assert deltas.advance("a", math.nan, count=True) == 0.0
-    assert deltas.advance("a", -1.0, count=True) == 0.0
+    # NaN, ±Inf and negative readings are unknown, never zero growth; the next good value
+    # counts from the last good one.
+    assert deltas.advance("a", math.nan, count=True) is None
+    assert deltas.advance("a", math.inf, count=True) is None
+    assert deltas.advance("a", -1.0, count=True) is None
+    assert deltas.advance("a", 5.0, count=True) == 3.0
 
 
 def test_accumulator_rate_over_window_and_rebase() -> None:
@@ -154,6 +159,71 @@ def test_book_attributes_series_and_survives_a_reset() -> None:
     p99 = book.quantile(name, sm.PROCESSING_LATENCY_MS, 0.99, 10.0)
     assert p99 is not None and 100 < p99 <= 1000
     assert book.rate_per_s("other/Dep", sm.ROUTER_REQUESTS, 4.0) == 0.0
+
+
+def test_nan_counters_and_a_failed_endpoint_make_the_window_incomplete() -> None:
+    book = sm.MetricsBook(keep_s=60, gap_s=5)
+    who = sm.Attribution(STATE)
+    name = "llm/LlmReplica"
+    for second, router in ((0, 10), (2, 20), (4, 30)):
+        book.ingest("t", parse(ray_text(router, 5, 5), sm.FAMILY_NAMES), second, who, True)
+        book.end_round(float(second), endpoints=1)
+    assert book.coverage_ratio(10.0) == 1.0
+    # The router counter reads NaN: unknown, not "no growth"; the window says so.
+    book.ingest("t", parse(ray_text(math.nan, 5, 5), sm.FAMILY_NAMES), 6.0, who, True)
+    book.end_round(6.0, endpoints=1)
+    assert book.coverage_ratio(10.0) == 0.0
+    book.ingest("t", parse(ray_text(50, 5, 5), sm.FAMILY_NAMES), 8.0, who, True)
+    book.end_round(8.0, endpoints=1)
+    # Back after a round of NaN, the counter starts again from its value (what it grew
+    # meanwhile is not one round's growth): the window is a lower bound, and says so.
+    assert book.rate_per_s(name, sm.ROUTER_REQUESTS, 8.0) == pytest.approx((30 - 10) / 8)
+    assert book.coverage_ratio(1.0) == 1.0 and book.coverage_ratio(10.0) == 0.0
+    # One of two endpoints failed: half the window's sources.
+    book.end_round(10.0, endpoints=2, failed=1)
+    assert book.coverage_ratio(1.0) == 0.5
+
+
+def test_a_nan_bucket_bound_is_dropped_not_added_each_scrape() -> None:
+    text = ray_text(1, 1, 1).replace('le="100.0"', 'le="NaN"')
+    book = sm.MetricsBook(keep_s=60, gap_s=5)
+    who = sm.Attribution(STATE)
+    for second in range(5):
+        book.ingest("t", parse(text, sm.FAMILY_NAMES), float(second), who, True)
+        book.end_round(float(second), endpoints=1)
+    increase = book.increase("llm/LlmReplica", sm.PROCESSING_LATENCY_MS, 10.0)
+    assert increase is not None and increase[0] == (1000.0,)
+
+
+def test_one_bad_deployment_or_file_entry_affects_that_entry_only() -> None:
+    good = {"target_num_replicas": 3, "replicas": [{"state": "RUNNING", "replica_id": "a"}]}
+    body = {
+        "applications": {
+            "llm": {
+                "deployments": {
+                    "Good": good,
+                    "NanTarget": {"target_num_replicas": math.nan},
+                    "InfTarget": {"target_num_replicas": math.inf},
+                    "Negative": {"target_num_replicas": -2},
+                    "Garbage": "not an object",
+                }
+            },
+            "broken": ["not", "an", "object"],
+        }
+    }
+    state = parse_applications(body)
+    assert state.deployments["llm/Good"].target_replicas == 3
+    for name in ("NanTarget", "InfTarget", "Negative"):
+        assert state.deployments[f"llm/{name}"].target_replicas is None  # unknown, not 0
+    assert "llm/Garbage" not in state.deployments
+    assert set(state.skipped) == {
+        "application 'broken' is not an object",
+        "deployment llm/Garbage is not an object",
+    }
+    targets = parse_service_discovery(
+        [{"targets": "10.0.0.1:8080"}, {"targets": 7}, {"targets": ["10.0.0.2:8080", 9]}, 3]
+    )
+    assert [t.url for t in targets] == ["http://10.0.0.2:8080/metrics"]
 
 
 def test_attribution_by_full_replica_id() -> None:
