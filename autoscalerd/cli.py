@@ -189,6 +189,11 @@ async def _serve(config: Config, args: argparse.Namespace) -> int:
     from autoscalerd.server import HealthRule, create_app, start
 
     log = logs.get("autoscalerd")
+    loop = asyncio.get_running_loop()
+    # A SIGHUP before the controller exists is kept and applied once it does: the
+    # default action would end the process.
+    early_reloads: list[bool] = []
+    loop.add_signal_handler(signal.SIGHUP, early_reloads.append, True)
     sensors = registry.build_sensors(config)
     starts = [getattr(s, "start_s", None) for s in sensors]
     replay = bool(sensors) and all(start is not None for start in starts)
@@ -260,10 +265,11 @@ async def _serve(config: Config, args: argparse.Namespace) -> int:
             notifier.stopping(f"stopping on {signame}")
         controller.stop()
 
-    loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop, signal.Signals(signum).name)
     loop.add_signal_handler(signal.SIGHUP, _reload, controller, args, metrics, notifier)
+    if early_reloads:
+        _reload(controller, args, metrics, notifier)
     try:
         await controller.run()
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -115,6 +116,9 @@ class Controller:
         self._log = logs.get("autoscalerd.loop")
         self._reported: dict[tuple[str, str], str] = {}
         self.last_refit_duration_s: float | None = None
+        # Deployments named or discovered but not yet adopted, and why: nothing is
+        # actuated before the platform's current target has been read.
+        self.waiting: dict[str, str] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -232,7 +236,8 @@ class Controller:
                 )
                 continue
             self._report_change(("deployment", name), "", "decide_recovered")
-            decision = self.deployments[name].last_decision
+            runtime = self.deployments.get(name)
+            decision = runtime.last_decision if runtime is not None else None
             if decision is not None:
                 report.decisions.append(decision)
             if actuation is not None:
@@ -310,6 +315,13 @@ class Controller:
         obs = merge_observations(name, now_s, observations)
         runtime = self.deployments.get(name)
         if runtime is None:
+            why = self._not_yet_seen(name, obs, info, now_s)
+            if why is not None:
+                if self.waiting.get(name) != why:
+                    self._log.info("deployment_waiting", deployment=name, reason=why)
+                self.waiting[name] = why
+                return None
+            self.waiting.pop(name, None)
             runtime = self._adopt(name, obs, now_s)
         if info is not None:
             runtime.info = info
@@ -357,6 +369,22 @@ class Controller:
                 - decision.target_replicas,
             )
         return Actuation(decision=decision, info=runtime.info, headroom_replicas=headroom)
+
+    def _not_yet_seen(
+        self, name: str, obs: Observation, info: DeploymentInfo | None, now_s: float
+    ) -> str | None:
+        """Why a deployment cannot be adopted yet, or None. Adopting it before the platform
+        has been read would start from min_replicas (or a saved target) and could lower
+        what runs: a slow first round must delay the start, never scale down."""
+        if info is None:
+            return "no sensor has reported it yet"
+        max_age_s = self.config.deployment(name).max_metric_age_s
+        if (
+            info.watches_platform
+            and obs.fresh("platform_target_replicas", now_s, max_age_s) is None
+        ):
+            return "the platform's current target has not been read yet"
+        return None
 
     def _adopt(self, name: str, obs: Observation, now_s: float) -> DeploymentRuntime:
         """A deployment seen for the first time: from saved state if there is usable state,
@@ -494,12 +522,14 @@ class Controller:
             return_exceptions=True,
         )
         out: list[ActuationResult] = []
+        failed: set[str] = set()
         for actuator, result in zip(self.actuators, results, strict=True):
             name = getattr(actuator, "name", type(actuator).__name__)
             if isinstance(result, BaseException):
                 kind = "timeout" if isinstance(result, TimeoutError) else "error"
                 message = "timed out" if kind == "timeout" else f"{type(result).__name__}: {result}"
                 for actuation in actuations:
+                    failed.add(actuation.decision.deployment)
                     out.append(
                         ActuationResult(
                             actuation.decision.deployment,
@@ -526,10 +556,26 @@ class Controller:
                     if runtime is not None and not item.skipped:
                         runtime.last_error = None
                 elif not item.ok:
+                    failed.add(item.deployment)
                     runtime = self.deployments.get(item.deployment)
                     if runtime is not None:
                         runtime.last_error = f"{name}: {item.error_kind}: {item.message}"
+        for deployment in failed:
+            self._not_landed(deployment)
         return out
+
+    def _not_landed(self, name: str) -> None:
+        """A target an actuator could not apply did not land: the next decision steps from
+        what runs (the platform's reading, else the last confirmed target), so that steps
+        are never compounded on a target that exists only here."""
+        runtime = self.deployments.get(name)
+        if runtime is None:
+            return
+        reading = runtime.info.platform_target_replicas if runtime.info is not None else None
+        known = reading is not None and math.isfinite(reading.value) and reading.value >= 0
+        landed = int(reading.value) if reading is not None and known else runtime.applied_replicas
+        if landed is not None and landed != runtime.state.target_replicas:
+            runtime.state = runtime.state.with_(target_replicas=landed)
 
     def _report_change(self, key: tuple[str, str], error: str, event: str) -> None:
         """Log a failure when it starts or changes, and a recovery once: not every tick."""

@@ -53,6 +53,9 @@ class RayAutoscalerSettings(BaseModel):
     reconnect_after_s: float = Field(10.0, ge=0)
     # On shutdown, withdraw the request, so nodes kept only for headroom can go.
     clear_on_close: bool = True
+    # Send the same request again this often: a head restart loses it, and a restart
+    # is not always visible (the Serve controller's id changing is re-sent at once).
+    reassert_every_s: float = Field(60.0, gt=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,8 @@ class RayAutoscalerActuator:
         self._wall = wall_clock
         self._needs: dict[str, _Need] = {}
         self._requested: list[Bundle] | None = None
+        self._requested_at_s: float | None = None
+        self._epoch: str | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="ray_autoscaler"
         )
@@ -117,6 +122,7 @@ class RayAutoscalerActuator:
 
     async def apply(self, actuations: Sequence[Actuation]) -> Sequence[ActuationResult]:
         now_s = self._wall()
+        self._notice_restart(actuations, now_s)
         for actuation in actuations:
             info = actuation.info
             if info is None or not info.resources_per_replica:
@@ -166,6 +172,24 @@ class RayAutoscalerActuator:
                     )
                 )
         return results
+
+    def _notice_restart(self, actuations: Sequence[Actuation], now_s: float) -> None:
+        """Forget what was requested when the platform restarted (a new Serve controller)
+        or when the request is due again: `request_resources` is idempotent, and a request
+        the restarted head lost would otherwise never be sent again."""
+        epochs = {a.info.platform_epoch for a in actuations if a.info and a.info.platform_epoch}
+        restarted = False
+        if epochs and self._epoch not in epochs:
+            restarted = self._epoch is not None
+            self._epoch = min(epochs)
+        due = (
+            self._requested_at_s is not None
+            and now_s - self._requested_at_s >= self.settings.reassert_every_s
+        )
+        if restarted or due:
+            if restarted:
+                self._log.warning("platform_restarted", action="requesting resources again")
+            self._requested = None
 
     async def _request(self, bundles: list[Bundle], now_s: float) -> tuple[str, str] | None:
         """Send `bundles` unless already requested; an (error kind, message) on failure."""
@@ -217,6 +241,7 @@ class RayAutoscalerActuator:
                 cpus=math.fsum(b.get("CPU", 0.0) for b in sent),
             )
         self._requested = sent
+        self._requested_at_s = self._wall()
         self._last_error = ""
         return None
 

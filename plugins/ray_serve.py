@@ -21,6 +21,7 @@ alone for `conflict_pause_s`, or until its target matches ours again.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from autoscalerd.dashboard import (
     Response,
     find_token,
 )
+from autoscalerd.sense.base import DeploymentInfo
 
 SCALE_PATH = "/api/v1/applications/{app}/deployments/{deployment}/scale"
 
@@ -81,6 +83,7 @@ class _Rejected:
     replicas: int
     at_s: float
     result: ActuationResult
+    enabled: bool | None  # external_scaler_enabled as the sensor read it then
 
 
 class _Transient(Exception):
@@ -125,6 +128,7 @@ class RayServeActuator:
         self._rejected: dict[str, _Rejected] = {}
         self._paused_until: dict[str, float] = {}
         self._conflicts_reported: dict[str, int] = {}
+        self._epochs: dict[str, str] = {}
         self._log = logs.get("autoscalerd.actuator.ray_serve")
         self.calls = 0  # scale requests sent, retries included
 
@@ -152,9 +156,28 @@ class RayServeActuator:
                 error_kind="bad_request",
                 message=f"{name}: name must be 'app/deployment' as Ray Serve names it",
             )
+        if app in (".", "..") or deployment in (".", ".."):
+            # Percent-encoding leaves dots alone: the path would name another endpoint.
+            return self._result(
+                name,
+                error_kind="bad_request",
+                message=f"{name}: '.' and '..' cannot be scaled through the dashboard's URLs",
+            )
         reading = info.platform_target_replicas if info is not None else None
-        platform = int(reading.value) if reading is not None else None
-        platform_at_s = reading.at_s if reading is not None else None
+        known = reading is not None and math.isfinite(reading.value) and reading.value >= 0
+        platform = int(reading.value) if reading is not None and known else None
+        platform_at_s = reading.at_s if reading is not None and known else None
+        self._notice_restart(name, info)
+        rejected = self._rejected.get(name)
+        if (
+            rejected is not None
+            and info is not None
+            and rejected.enabled is False
+            and info.external_scaler_enabled
+        ):
+            # Redeployed with external_scaler_enabled: try again now, not in 30 s.
+            self._log.info("external_scaler_enabled", deployment=name)
+            del self._rejected[name]
 
         conflict_message = self._conflict(name, platform, platform_at_s)
         if conflict_message and self.settings.on_conflict == "pause":
@@ -213,7 +236,25 @@ class RayServeActuator:
                 message=f"{name}: Serve controller unavailable (503) after "
                 f"{self.settings.max_attempts} attempts: {_detail(exc.response)}",
             )
-        return self._answered(name, app, target, platform, response, conflict_message)
+        enabled = info.external_scaler_enabled if info is not None else None
+        return self._answered(name, app, target, platform, response, conflict_message, enabled)
+
+    def _notice_restart(self, name: str, info: DeploymentInfo | None) -> None:
+        """A new platform epoch (the Serve controller restarted with the head): nothing
+        set before is in force, and a target it reset to is no one's choice. Forget what
+        was set, paused for and rejected, so that the target is asserted again now."""
+        epoch = info.platform_epoch if info is not None else None
+        if epoch is None:
+            return
+        before = self._epochs.get(name)
+        self._epochs[name] = epoch
+        if before is None or before == epoch:
+            return
+        self._log.warning("platform_restarted", deployment=name, action="setting the target again")
+        self._last_set.pop(name, None)
+        self._paused_until.pop(name, None)
+        self._rejected.pop(name, None)
+        self._conflicts_reported.pop(name, None)
 
     def _read_after(self, last: _Set, platform_at_s: float | None) -> bool:
         return platform_at_s is not None and platform_at_s > last.at_s
@@ -275,6 +316,7 @@ class RayServeActuator:
         platform: int | None,
         response: Response,
         conflict_message: str | None,
+        enabled: bool | None = None,
     ) -> ActuationResult:
         status = response.status
         if status == 200:
@@ -308,7 +350,7 @@ class RayServeActuator:
                 name, error_kind="error", message=f"{name}: HTTP {status}: {detail}"
             )
         result = self._result(name, error_kind=kind, message=message)
-        self._rejected[name] = _Rejected(target, self._wall(), result)
+        self._rejected[name] = _Rejected(target, self._wall(), result, enabled)
         return result
 
     def _result(
