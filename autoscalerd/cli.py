@@ -151,6 +151,12 @@ def _check_config(path: str) -> int:
                     f"{path}: {where}[{index}].type: unknown plugin {plugin.type!r}; "
                     f"installed: {known}"
                 )
+                continue
+            try:
+                found = registry.check_settings(group, plugin, f"{where}[{index}]")
+            except ConfigError as exc:
+                found = exc.problems
+            problems.extend(f"{path}: {line}" for line in found)
     if problems:
         raise ConfigError(problems)
     for line in bound_warnings(config, path):
@@ -292,10 +298,11 @@ def _reload(controller: Any, args: argparse.Namespace, metrics: Any, notifier: A
     notifier.reloading()
     try:
         config = load_config(args.config)
-    except ConfigError as exc:
-        log.error("reload_rejected", config=args.config, problems=exc.problems, kept="previous")
+    except Exception as exc:  # whatever the file holds, the running config stays
+        problems = exc.problems if isinstance(exc, ConfigError) else [f"{type(exc).__name__}"]
+        log.error("reload_rejected", config=args.config, problems=problems, kept="previous")
         metrics.on_reload(False)
-        notifier.ready(f"reload rejected: {exc.problems[0]}")
+        notifier.ready(f"reload rejected: {problems[0]}")
         return
     if args.http_addr:  # validated at start; the command line still wins over the file
         config = config.model_copy(
@@ -322,4 +329,11 @@ def _reload(controller: Any, args: argparse.Namespace, metrics: Any, notifier: A
     controller.stage_reload(config)
     metrics.on_reload(True)
     log.info("reloaded", config=args.config, needs_restart=needs_restart)
+    if needs_restart:
+        log.warning(
+            "reload_needs_restart",
+            settings=needs_restart,
+            hint="these keep their old values until autoscalerd restarts "
+            "(systemctl restart autoscalerd)",
+        )
     notifier.ready("reloaded")

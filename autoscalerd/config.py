@@ -34,7 +34,9 @@ class ConfigError(Exception):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and ±Inf are never a setting: `tick_s: .inf` would stop the loop, and
+    # `max_metric_age_s: .inf` would turn stale-data protection off.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class AutoscalingConfig(_Model):
@@ -303,7 +305,39 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     return parse_config(text, source=str(file))
 
 
+# Deeper than this, a config is not a config (YAML's parser and the merge would recurse).
+MAX_DEPTH = 64
+
+
 def parse_config(text: str, source: str = "<config>") -> Config:
+    try:
+        return _parse_config(text, source)
+    except RecursionError:
+        raise ConfigError(
+            [
+                f"{source}: nested too deeply (over {MAX_DEPTH} levels); "
+                "a config is a few levels deep"
+            ]
+        ) from None
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of parsed YAML, counting at most to `limit` (iteratively)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return deepest
+
+
+def _parse_config(text: str, source: str) -> Config:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -314,7 +348,14 @@ def parse_config(text: str, source: str = "<config>") -> Config:
             [f"{where}: YAML syntax error: {problem}; fix the indentation or quoting there"]
         ) from None
     if raw is None:
-        raw = {}
+        raise ConfigError(
+            [
+                f"{source}: empty; a config names at least its sensors or deployments "
+                "(see config/replay.yaml); defaults alone are `tick_s: 1`"
+            ]
+        )
+    if _depth(raw, MAX_DEPTH) > MAX_DEPTH:
+        raise RecursionError
     if not isinstance(raw, dict):
         raise ConfigError(
             [f"{source}: top level must be a mapping of settings, not a list or value"]
@@ -411,6 +452,8 @@ def _fix_hint(kind: str, message: str, value: Any) -> str:
     shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
     if kind == "missing":
         return "required; add it"
+    if kind == "finite_number":
+        return f"input should be a finite number (got {shown}); NaN and infinity are not settings"
     if kind.startswith(("greater_than", "less_than")) or kind in {"int_parsing", "float_parsing"}:
         return f"{message.lower()} (got {shown}); change the value"
     if kind in {"literal_error", "enum"}:

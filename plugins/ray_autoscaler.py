@@ -39,7 +39,7 @@ Bundle = dict[str, float]
 
 
 class RayAutoscalerSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     # ray.init(address=...); default: cluster.address.
     address: str | None = None
@@ -95,6 +95,7 @@ def _settings(settings: Mapping[str, Any]) -> RayAutoscalerSettings:
 
 class RayAutoscalerActuator:
     name = "ray_autoscaler"
+    settings_model = RayAutoscalerSettings
 
     def __init__(
         self,

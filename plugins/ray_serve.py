@@ -54,7 +54,7 @@ SCALE_PATH = "/api/v1/applications/{app}/deployments/{deployment}/scale"
 
 
 class RayServeActuatorSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     max_attempts: int = Field(3, ge=1)
     backoff_initial_s: float = Field(0.2, gt=0)
@@ -106,6 +106,7 @@ def _settings(settings: Mapping[str, Any]) -> RayServeActuatorSettings:
 
 class RayServeActuator:
     name = "ray_serve"
+    settings_model = RayServeActuatorSettings
 
     def __init__(
         self,

@@ -68,6 +68,27 @@ BAD_CONFIGS = {
         "deployments:\n  - name: a/b\n  - name: a/b\n",
         ["deployment 'a/b' is listed twice"],
     ),
+    "deep": ("tick_s: " + "[" * 5000 + "\n", ["nested too deeply"]),
+    "deep_flow": ("deployments: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n", ["nested too deeply"]),
+    "inf_tick": ("tick_s: 1e400\n", ["tick_s: input should be a finite number"]),
+    "inf_age": (
+        "defaults:\n  max_metric_age_s: .inf\n",
+        ["max_metric_age_s: input should be a finite number"],
+    ),
+    "nan": (
+        "defaults:\n  capacity:\n    cold_start_s: .nan\n",
+        ["cold_start_s: input should be a finite number"],
+    ),
+    "plugin_inf": (
+        "sensors:\n  - type: ray_serve\n    metrics_interval_s: .inf\n",
+        ["metrics_interval_s: input should be a finite number"],
+    ),
+    "plugin_typo": (
+        "sensors:\n  - type: ray_serve\n    metrics_intervl_s: 2\n",
+        ["sensors[0].metrics_intervl_s: unknown setting; known: metrics_interval_s"],
+    ),
+    "empty": ("", ["empty"]),
+    "comments_only": ("# nothing here\n", ["empty"]),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from typing import Any
 
-from autoscalerd.config import Config, ConfigError, PluginConfig
+from autoscalerd.config import Config, ConfigError, PluginConfig, plugin_settings
 
 ACTUATOR_GROUP = "autoscalerd.actuators"
 SENSOR_GROUP = "autoscalerd.sensors"
@@ -30,6 +30,22 @@ def factory(group: str, name: str, where: str) -> Any:
                 "reinstall it or remove it from the config"
             ]
         ) from None
+
+
+def check_settings(group: str, plugin: PluginConfig, where: str) -> list[str]:
+    """A plugin's settings checked without building it (no connection, no thread): one
+    line per problem. Plugins that declare their settings model as the class attribute
+    `settings_model` (a pydantic model) get this from `check-config`; others are checked
+    when the daemon builds them."""
+    cls = factory(group, plugin.type, where)
+    model = getattr(cls, "settings_model", None)
+    if model is None:
+        return []
+    try:
+        plugin_settings(model, plugin.settings)
+    except ConfigError as exc:
+        return [f"{where}.{line}" for line in exc.problems]
+    return []
 
 
 def build_sensors(config: Config) -> list[Any]:

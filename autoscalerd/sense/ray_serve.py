@@ -50,7 +50,7 @@ P99 = 0.99
 class RayServeSettings(BaseModel):
     """The sensor's own settings (cluster address and token live in `cluster`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     # Ray exports metrics every 10 s by default (RAY_metrics_report_interval_ms); scraping
     # much faster than that only re-reads the same values.
@@ -72,6 +72,7 @@ def _settings(settings: Mapping[str, Any]) -> RayServeSettings:
 
 class RayServeSensor:
     name = "ray_serve"
+    settings_model = RayServeSettings
 
     def __init__(
         self,
