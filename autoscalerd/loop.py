@@ -43,6 +43,7 @@ class DeploymentRuntime:
     override_until_s: float | None = None
     refit_in_flight: bool = False
     applied_replicas: int | None = None  # the last target an actuator confirmed
+    decide_failures: int = 0  # consecutive ticks whose decision raised
 
 
 @dataclass
@@ -65,6 +66,8 @@ RefitListener = Callable[[str, "float | None"], None]
 # On SIGTERM a tick in progress gets this long to finish before it is abandoned, and
 # sensors and actuators as long again to close: the daemon exits well within 10 s.
 STOP_GRACE_S = 4.0
+# A deployment's learning restarts after this many decisions in a row fail.
+DECIDE_FAILURES_BEFORE_RESET = 3
 CLOSE_TIMEOUT_S = 3.0
 
 
@@ -79,6 +82,22 @@ def merge_observations(name: str, now_s: float, observations: Sequence[Observati
                 if known is None or value.at_s > known.at_s:
                     merged[f.name] = value
     return Observation(deployment=name, sensed_at_s=now_s, **merged)
+
+
+def _unusable(
+    obs: Observation, state: DeploymentState, cfg: DeploymentConfig, now_s: float
+) -> str | None:
+    """Why a restored state cannot be decided on, or None: one trial decision on this
+    tick's observation (thrown away), so that state which decodes but is poisoned (a
+    zero rate it divides by, a parameter out of its range) is dropped at load, not
+    failed on every tick."""
+    try:
+        decision, _ = policy.decide(obs, state, cfg, now_s)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"[:200]
+    if decision.target_replicas < 0:
+        return "negative target"
+    return None
 
 
 class Controller:
@@ -230,11 +249,15 @@ class Controller:
             try:
                 actuation = self._decide_one(name, sensed, now_s)
             except Exception as exc:  # one deployment's failure must not stop the others
-                report.deployment_errors[name] = f"{type(exc).__name__}: {exc}"
-                self._report_change(
-                    ("deployment", name), f"{type(exc).__name__}: {exc}", "decide_failed"
-                )
+                error = f"{type(exc).__name__}: {exc}"
+                report.deployment_errors[name] = error
+                self._report_change(("deployment", name), error, "decide_failed")
+                failing = self.deployments.get(name)
+                if failing is not None:
+                    self._heal(failing, now_s, error)
                 continue
+            if name in self.deployments:
+                self.deployments[name].decide_failures = 0
             self._report_change(("deployment", name), "", "decide_recovered")
             runtime = self.deployments.get(name)
             decision = runtime.last_decision if runtime is not None else None
@@ -394,6 +417,16 @@ class Controller:
         current = int(platform) if platform is not None else None
         saved = self.restored.pop(name, None)
         restored = saved_state.restore(saved, now_s, cfg, current) if saved else None
+        if restored is not None:
+            problem = _unusable(obs, restored, cfg, now_s)
+            if problem is not None:
+                self._log.warning(
+                    "state_not_restored",
+                    deployment=name,
+                    reason=f"saved state cannot be decided on ({problem})",
+                    action="starting it afresh",
+                )
+                saved = restored = None
         if saved is not None and restored is not None:
             runtime = DeploymentRuntime(
                 name=name,
@@ -430,6 +463,24 @@ class Controller:
             "deployment_managed", deployment=name, replicas=runtime.state.target_replicas
         )
         return runtime
+
+    def _heal(self, runtime: DeploymentRuntime, now_s: float, error: str) -> None:
+        """A deployment whose decision fails tick after tick has state that no longer
+        fits (damaged, or from a bug): after a few, start its learning afresh from the
+        target it holds, so that one bad state cannot leave it unmanaged for good."""
+        runtime.decide_failures += 1
+        if runtime.decide_failures < DECIDE_FAILURES_BEFORE_RESET:
+            return
+        target = runtime.state.target_replicas
+        runtime.state = policy.initial_state(runtime.config, now_s, target)
+        runtime.decide_failures = 0
+        self._log.warning(
+            "state_reset",
+            deployment=runtime.name,
+            error=error,
+            replicas=target,
+            action="learning again from the current target",
+        )
 
     def _apply_operator(
         self, runtime: DeploymentRuntime, decision: Decision, now_s: float

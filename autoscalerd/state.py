@@ -50,6 +50,11 @@ FORMAT_VERSION = 2
 CARRY_UNSEEN_S = 7 * 24 * 3600.0
 
 
+# Bounds of what a state file may hold: counts of replicas, and any number at all.
+_MAX_COUNT = 100_000
+_MAX_MAGNITUDE = 1e15
+
+
 class StateError(Exception):
     """The state file cannot be used. One line: what is wrong and where."""
 
@@ -74,6 +79,8 @@ class Snapshot:
     # are on that clock, so a file is only used by a daemon on the same one.
     clock_origin_s: float | None = None
     deployments: dict[str, SavedDeployment] = field(default_factory=dict)
+    # Deployments left out because their saved state did not fit: name -> problem.
+    dropped: dict[str, str] = field(default_factory=dict)
 
     def same_clock(self, clock_origin_s: float | None) -> bool:
         if self.clock_origin_s is None or clock_origin_s is None:
@@ -139,23 +146,50 @@ def encode(snapshot: Snapshot) -> str:
 
 
 def decode(text: str) -> Snapshot:
+    """The snapshot in `text`; StateError when the file as a whole cannot be used. A
+    deployment whose saved state does not fit (a field of the wrong type, a number that
+    is not finite or out of range) is left out and named in `dropped`: the others keep
+    what they learned."""
     try:
         raw = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise StateError(f"not JSON ({exc})") from None
+    except RecursionError:
+        raise StateError("not JSON (nested too deeply)") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, integer too long
+        first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise StateError(f"not JSON ({first})") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise StateError("not an autoscalerd state file")
     if raw.get("version") != FORMAT_VERSION:
         raise StateError(
             f"format version {raw.get('version')!r}; this autoscalerd reads {FORMAT_VERSION}"
         )
-    body = {k: v for k, v in raw.items() if k not in {"format", "version"}}
+    body = {k: v for k, v in raw.items() if k not in {"format", "version", "deployments"}}
+    saved_raw = raw.get("deployments", {})
+    if not isinstance(saved_raw, dict):
+        raise StateError("deployments: expected an object")
     snapshot = _from_json(Snapshot, body, "")
     assert isinstance(snapshot, Snapshot)
-    for name, saved in snapshot.deployments.items():
-        if saved.state.target_replicas < 0:
-            raise StateError(f"deployments.{name}.state.target_replicas: negative")
-    return snapshot
+    kept: dict[str, SavedDeployment] = {}
+    dropped: dict[str, str] = {}
+    for name, entry in saved_raw.items():
+        try:
+            saved = _from_json(SavedDeployment, entry, f"deployments.{name}")
+            _check_ranges(saved, f"deployments.{name}")
+        except (StateError, RecursionError, OverflowError) as exc:
+            dropped[name] = str(exc) if isinstance(exc, StateError) else type(exc).__name__
+            continue
+        kept[name] = saved
+    return dataclasses.replace(snapshot, deployments=kept, dropped=dropped)
+
+
+def _check_ranges(saved: SavedDeployment, where: str) -> None:
+    state = saved.state
+    if not 0 <= state.target_replicas <= _MAX_COUNT:
+        raise StateError(f"{where}.state.target_replicas: out of range")
+    for name in ("override_replicas", "applied_replicas"):
+        value = getattr(saved, name)
+        if value is not None and not 0 <= value <= _MAX_COUNT:
+            raise StateError(f"{where}.{name}: out of range")
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -212,6 +246,10 @@ def load_or_set_aside(path: Path) -> Snapshot | None:
     if snapshot is None:
         log.info("state_absent", action="starting without saved state")
     else:
+        for name, problem in snapshot.dropped.items():
+            log.warning(
+                "state_dropped", deployment=name, problem=problem, action="starting it afresh"
+            )
         log.info(
             "state_loaded",
             deployments=sorted(snapshot.deployments),
@@ -378,10 +416,20 @@ def _from_json(kind: Any, value: Any, where: str) -> Any:
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise StateError(f"{where}: expected a number")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            raise StateError(f"{where}: number out of range") from None
+        if not math.isfinite(number) or abs(number) > _MAX_MAGNITUDE:
+            # Nothing the daemon saves is NaN, infinite or near the float limit: such a
+            # value is damage, and would poison every decision made from it.
+            raise StateError(f"{where}: not a finite number in range")
+        return number
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise StateError(f"{where}: expected an integer")
+        if abs(value) > _MAX_MAGNITUDE:
+            raise StateError(f"{where}: number out of range")
         return value
     if kind is bool or kind is str:
         if not isinstance(value, kind):

@@ -128,26 +128,38 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
         ('{"format": "autoscalerd-state", "version": 99}', "format version 99"),
         (
             '{"format": "autoscalerd-state", "version": 2, "saved_at_s": 1, "saved_wall_s": 1,'
-            ' "deployments": {"a": {"saved_at_s": 1, "state": {"target_replicas": "3",'
-            ' "started_at_s": 0}}}}',
-            "deployments.a.state.target_replicas: expected an integer",
-        ),
-        (
-            '{"format": "autoscalerd-state", "version": 2, "saved_at_s": 1, "saved_wall_s": 1,'
             ' "surprise": true}',
             "surprise: unknown field",
         ),
         (
             '{"format": "autoscalerd-state", "version": 2, "saved_at_s": 1, "saved_wall_s": 1,'
-            ' "deployments": {"a": {"saved_at_s": 1, "state": {"target_replicas": -2,'
-            ' "started_at_s": 0}}}}',
-            "target_replicas: negative",
+            ' "deployments": []}',
+            "deployments: expected an object",
         ),
     ],
 )
 def test_unusable_files_are_rejected_with_the_place_named(text: str, problem: str) -> None:
     with pytest.raises(state.StateError, match=problem):
         state.decode(text)
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        (
+            '{"target_replicas": "3", "started_at_s": 0}',
+            "state.target_replicas: expected an integer",
+        ),
+        ('{"target_replicas": -2, "started_at_s": 0}', "state.target_replicas: out of range"),
+    ],
+)
+def test_an_unusable_deployment_is_dropped_with_the_place_named(entry: str, problem: str) -> None:
+    text = (
+        '{"format": "autoscalerd-state", "version": 2, "saved_at_s": 1, "saved_wall_s": 1,'
+        f' "deployments": {{"a": {{"saved_at_s": 1, "state": {entry}}}}}}}'
+    )
+    snapshot = state.decode(text)
+    assert snapshot.deployments == {} and problem in snapshot.dropped["a"]
 
 
 def test_an_unusable_file_is_moved_aside(tmp_path: Path) -> None:
@@ -204,3 +216,56 @@ def test_platform_target_wins_and_a_future_save_is_not_used() -> None:
     restored = state.restore(saved, 151.0, cfg(), platform_replicas=7)
     assert restored is not None and restored.target_replicas == 7
     assert state.restore(saved, 149.0, cfg()) is None
+
+
+def test_a_file_nested_too_deeply_is_moved_aside_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_text("[" * 100000)
+    with pytest.raises(state.StateError, match="nested too deeply"):
+        state.load(path)
+    assert state.load_or_set_aside(path) is None
+    assert not path.exists() and len(list(tmp_path.iterdir())) == 1
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        ("smoothed_replicas", float("nan")),
+        ("smoothed_replicas", float("inf")),
+        ("last_action_at_s", 1e308),
+        ("target_replicas", -3),
+        ("target_replicas", 10**30),
+        ("fresh_since_s", "soon"),
+    ],
+)
+def test_a_damaged_deployment_is_dropped_and_the_others_kept(damage: tuple[str, object]) -> None:
+    good = state.SavedDeployment(saved_at_s=150.0, state=busy_then_quiet())
+    text = state.encode(state.Snapshot(150.0, 0.0, None, {"a/good": good, "a/bad": good}))
+    raw = json.loads(text)
+    field, value = damage
+    raw["deployments"]["a/bad"]["state"][field] = value
+    snapshot = state.decode(json.dumps(raw))
+    assert list(snapshot.deployments) == ["a/good"]
+    assert "a/bad" in snapshot.dropped and field in snapshot.dropped["a/bad"]
+
+
+async def test_a_state_that_cannot_be_decided_on_is_dropped_at_adoption() -> None:
+    from autoscalerd.clock import VirtualClock
+    from autoscalerd.loop import Controller
+    from tests.test_safety import NAME, Platform, PlatformActuator, PlatformSensor, config
+
+    # Damage of a kind no decoder check catches: decide() raises on it.
+    poisoned = DeploymentState(target_replicas=5, started_at_s=0.0, burst=None)  # type: ignore[arg-type]
+    platform = Platform()
+    controller = Controller(
+        config(), [PlatformSensor(platform)], [PlatformActuator(platform)], VirtualClock(0.0)
+    )
+    controller.restored = {NAME: state.SavedDeployment(saved_at_s=9.0, state=poisoned)}
+    report = await controller.tick(10.0)
+    assert not report.deployment_errors
+    assert controller.deployments[NAME].state.burst is not None
+    # The same damage arising while running: a few failed ticks, then learning restarts.
+    controller.deployments[NAME].state = poisoned
+    errors = [bool((await controller.tick(float(t))).deployment_errors) for t in range(11, 16)]
+    assert errors == [True, True, True, False, False]
+    assert controller.deployments[NAME].state.target_replicas == 10  # what the load needs
