@@ -44,6 +44,10 @@ class DeploymentRuntime:
     refit_in_flight: bool = False
     applied_replicas: int | None = None  # the last target an actuator confirmed
     decide_failures: int = 0  # consecutive ticks whose decision raised
+    # Someone else changing the target we set: how often, and the last time and word.
+    conflicts: int = 0
+    last_conflict: str | None = None
+    last_conflict_at_s: float | None = None
 
 
 @dataclass
@@ -594,6 +598,8 @@ class Controller:
                 continue
             out.extend(result)
             for item in result:
+                if item.conflict:
+                    self._conflicted(item)
                 key = ("actuation", f"{name}:{item.deployment}")
                 self._report_change(
                     key,
@@ -614,6 +620,14 @@ class Controller:
         for deployment in failed:
             self._not_landed(deployment)
         return out
+
+    def _conflicted(self, item: ActuationResult) -> None:
+        runtime = self.deployments.get(item.deployment)
+        if runtime is None:
+            return
+        runtime.conflicts += 1
+        runtime.last_conflict = f"{item.actuator}: {item.message}" if item.message else None
+        runtime.last_conflict_at_s = self.clock.now_s()
 
     def _not_landed(self, name: str) -> None:
         """A target an actuator could not apply did not land: the next decision steps from

@@ -125,6 +125,13 @@ class Metrics:
             ["actuator", *_DEPLOYMENT, "kind"],
             registry=r,
         )
+        self.conflicts = Counter(
+            "autoscalerd_ownership_conflicts_total",
+            "Times someone else changed a target autoscalerd had set (then set again or "
+            "left alone, per the actuator's on_conflict)",
+            ["actuator", *_DEPLOYMENT],
+            registry=r,
+        )
         self.sensor_errors = Counter(
             "autoscalerd_sensor_errors_total",
             "Ticks in which a sensor failed or timed out",
@@ -209,6 +216,8 @@ class Metrics:
             for reason in decision.reasons:
                 self.decisions.labels(*_labels(decision.deployment), reason.value).inc()
         for result in report.results:
+            if result.conflict:
+                self.conflicts.labels(result.actuator, *_labels(result.deployment)).inc()
             if result.skipped:
                 continue
             self.actuations.labels(result.actuator, *_labels(result.deployment)).inc()

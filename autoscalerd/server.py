@@ -317,6 +317,9 @@ def _not_ready(app: web.Application, controller: Controller) -> list[str]:
         decision = runtime.last_decision
         if decision is not None and Reason.STALE_DATA in decision.reasons:
             problems.append(f"deployment {name}: inputs missing or stale")
+    problems.extend(
+        f"deployment {name}: waiting ({why})" for name, why in sorted(controller.waiting.items())
+    )
     return problems
 
 
@@ -345,6 +348,9 @@ async def get_status(request: web.Request) -> web.Response:
             name: _deployment_status(runtime, controller.clock.now_s())
             for name, runtime in sorted(controller.deployments.items())
         },
+        # Named or discovered, not managed yet: nothing is actuated before the platform's
+        # current target has been read.
+        "waiting": dict(sorted(controller.waiting.items())),
     }
     # Errors quote what a sensor or actuator was answered, and an answer may echo a token.
     return _json(_redacted(body, _secrets(controller)))
@@ -360,6 +366,14 @@ def _deployment_status(runtime: DeploymentRuntime, now_s: float) -> dict[str, An
         "target_replicas": runtime.state.target_replicas,
         "applied_replicas": runtime.applied_replicas,
         "last_error": runtime.last_error,
+        # Someone else changing the target autoscalerd set (ownership conflicts).
+        "conflicts": {
+            "count": runtime.conflicts,
+            "last": runtime.last_conflict,
+            "age_s": None
+            if runtime.last_conflict_at_s is None
+            else round(max(0.0, now_s - runtime.last_conflict_at_s), 3),
+        },
         "last_observation": None
         if obs is None
         else {

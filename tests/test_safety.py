@@ -209,3 +209,61 @@ def test_partial_metrics_scale_up_but_never_down() -> None:
     # A rise seen through the half that answers still scales up.
     decision, state = policy.decide(at(80, 150.0, 0.5), state, dep, 80.0)
     assert decision.target_replicas == 15
+
+
+async def test_conflicts_and_waiting_deployments_are_surfaced() -> None:
+    from autoscalerd.metrics import Metrics
+    from autoscalerd.server import _deployment_status
+
+    class Reasserting(PlatformActuator):
+        async def apply(self, actuations: Sequence[Actuation]) -> Sequence[ActuationResult]:
+            return [
+                ActuationResult(
+                    NAME,
+                    self.name,
+                    ok=True,
+                    applied_replicas=a.decision.target_replicas,
+                    conflict=True,
+                    message="target changed to 5 by someone else; setting it again",
+                )
+                for a in actuations
+            ]
+
+    platform = Platform()
+    daemon = Controller(
+        config(), [PlatformSensor(platform)], [Reasserting(platform)], VirtualClock(0.0)
+    )
+    metrics = Metrics()
+    daemon.listeners.append(metrics.on_tick)
+    platform.answering = False
+    await daemon.tick(1.0)
+    assert daemon.waiting == {NAME: "no sensor has reported it yet"}
+    platform.answering = True
+    for tick in range(2, 5):
+        await daemon.tick(float(tick))
+    runtime = daemon.deployments[NAME]
+    status = _deployment_status(runtime, 4.0)["conflicts"]
+    assert status["count"] == 3 and "someone else" in status["last"]
+    text = metrics.exposition().decode()
+    assert (
+        'autoscalerd_ownership_conflicts_total{actuator="platform",application="llm",'
+        'deployment="chat"} 3.0' in text
+    )
+
+
+async def test_a_deployment_named_dot_dot_never_reaches_another_url() -> None:
+    from autoscalerd_plugins.ray_serve import RayServeActuator
+
+    from autoscalerd.act.base import ActuatorContext
+    from autoscalerd.model import Decision
+
+    actuator = RayServeActuator({}, ActuatorContext(config=config()))
+    try:
+        for app, dep in ((".", "chat"), ("llm", ".."), ("..", "..")):
+            decision = Decision(f"{app}/{dep}", 1.0, 3, 1, ())
+            info = DeploymentInfo(name=f"{app}/{dep}", app=app, deployment=dep)
+            [result] = await actuator.apply([Actuation(decision=decision, info=info)])
+            assert not result.ok and result.error_kind == "bad_request"
+        assert actuator.calls == 0
+    finally:
+        await actuator.close()

@@ -4,7 +4,8 @@ What Ray's controller does before its policy runs, done here: ongoing plus queue
 requests averaged over `look_back_period_s`, the running replicas, the previous target.
 Then `ray_compat.ray_decide`, which reproduces Ray 2.60 tick for tick. The one rule added
 on top is autoscalerd's fail-static: with the request count or the replica count missing
-or stale, the target holds (Ray would decide on whatever it last heard).
+or stale, the target holds (Ray would decide on whatever it last heard), and with partial
+metrics (an endpoint down within the window) it may rise but not fall.
 """
 
 from __future__ import annotations
@@ -67,4 +68,9 @@ def decide_ray_compatible(
         total, cfg.autoscaling.target_ongoing_requests
     )
     base = replace(base, replicas_concurrency=replicas_concurrency, replicas_raw=target)
+    coverage = obs.metrics_coverage_ratio
+    if target < current and coverage is not None and not (coverage.value >= 1.0):
+        # The counts are lower bounds: what Ray would do on them is not safe to do.
+        target = current
+        reasons.append(Reason.PARTIAL_DATA)
     return outcome.finish(target, reasons, base, next_state.with_(ray_policy=ray_state), now_s)
