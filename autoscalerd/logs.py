@@ -40,4 +40,6 @@ def configure(level: str = "info", stream: TextIO | None = None, json: bool | No
 
 
 def get(name: str = "autoscalerd") -> Any:
-    return structlog.get_logger(name)
+    """A logger whose every event carries `logger=name` (the module or plugin it is from):
+    bind further context (`.bind(deployment=...)`) once, where it is known."""
+    return structlog.get_logger().bind(logger=name)

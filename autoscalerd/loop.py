@@ -44,6 +44,8 @@ class DeploymentRuntime:
     refit_in_flight: bool = False
     applied_replicas: int | None = None  # the last target an actuator confirmed
     decide_failures: int = 0  # consecutive ticks whose decision raised
+    # The controller's logger, bound to this deployment once it is adopted.
+    log: Any = field(default_factory=lambda: logs.get("autoscalerd.loop"))
     # Someone else changing the target we set: how often, and the last time and word.
     conflicts: int = 0
     last_conflict: str | None = None
@@ -144,6 +146,25 @@ class Controller:
         self.waiting: dict[str, str] = {}
 
     # ------------------------------------------------------------------ lifecycle
+
+    def snapshot(self, now_s: float) -> dict[str, saved_state.SavedDeployment]:
+        """Every deployment's state and operator settings as plain values, for the state
+        file: the managed ones as of `now_s`, plus saved ones not seen since the start
+        (carried for CARRY_UNSEEN_S, so a deployment briefly absent keeps its learning)."""
+        out: dict[str, saved_state.SavedDeployment] = {}
+        for name, saved in self.restored.items():
+            if now_s - saved.saved_at_s <= saved_state.CARRY_UNSEEN_S:
+                out[name] = saved
+        for name, runtime in self.deployments.items():
+            out[name] = saved_state.SavedDeployment(
+                saved_at_s=now_s,
+                state=runtime.state,
+                paused=runtime.paused,
+                override_replicas=runtime.override_replicas,
+                override_until_s=runtime.override_until_s,
+                applied_replicas=runtime.applied_replicas,
+            )
+        return out
 
     def stop(self) -> None:
         self._stop.set()
@@ -357,10 +378,10 @@ class Controller:
         decision, runtime.state = policy.decide(obs, runtime.state, runtime.config, now_s)
         decision = self._apply_operator(runtime, decision, now_s)
         runtime.last_decision = decision
+        log = runtime.log
         if decision.changed:
-            self._log.info(
+            log.info(
                 "decision",
-                deployment=name,
                 target=decision.target_replicas,
                 previous=decision.previous_replicas,
                 reasons=[r.value for r in decision.reasons],
@@ -373,9 +394,8 @@ class Controller:
                 },
             )
         else:
-            self._log.debug(
+            log.debug(
                 "decision",
-                deployment=name,
                 target=decision.target_replicas,
                 reasons=[r.value for r in decision.reasons],
             )
@@ -462,10 +482,9 @@ class Controller:
             runtime = DeploymentRuntime(
                 name=name, config=cfg, state=policy.initial_state(cfg, now_s, current)
             )
+        runtime.log = self._log.bind(deployment=name)
         self.deployments[name] = runtime
-        self._log.info(
-            "deployment_managed", deployment=name, replicas=runtime.state.target_replicas
-        )
+        runtime.log.info("deployment_managed", replicas=runtime.state.target_replicas)
         return runtime
 
     def _heal(self, runtime: DeploymentRuntime, now_s: float, error: str) -> None:
@@ -478,9 +497,8 @@ class Controller:
         target = runtime.state.target_replicas
         runtime.state = policy.initial_state(runtime.config, now_s, target)
         runtime.decide_failures = 0
-        self._log.warning(
+        runtime.log.warning(
             "state_reset",
-            deployment=runtime.name,
             error=error,
             replicas=target,
             action="learning again from the current target",
@@ -538,9 +556,7 @@ class Controller:
             try:
                 model = done.result()
             except Exception as exc:
-                self._log.warning(
-                    "refit_failed", deployment=runtime.name, error=f"{type(exc).__name__}: {exc}"
-                )
+                runtime.log.warning("refit_failed", error=f"{type(exc).__name__}: {exc}")
                 self._refitted(runtime.name, None)
                 return
             fitted_at_s = self.clock.now_s()
@@ -548,9 +564,8 @@ class Controller:
                 forecaster=holt_winters.install_fit(runtime.state.forecaster, model, fitted_at_s)
             )
             self.last_refit_duration_s = time.monotonic() - started
-            self._log.info(
+            runtime.log.info(
                 "refit",
-                deployment=runtime.name,
                 method=model.method,
                 duration_s=round(self.last_refit_duration_s, 3),
             )

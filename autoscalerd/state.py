@@ -27,19 +27,14 @@ import json
 import math
 import os
 import time
-import types
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from autoscalerd import logs
-from autoscalerd.config import DeploymentConfig, StateConfig
+from autoscalerd import codec, logs
+from autoscalerd.config import Config, DeploymentConfig, StateConfig
 from autoscalerd.model import DeploymentState
-
-if TYPE_CHECKING:
-    from autoscalerd.loop import Controller, TickReport
 
 FORMAT = "autoscalerd-state"
 # Bump on any change an older or newer daemon could misread; a mismatch sets the file aside.
@@ -50,12 +45,11 @@ FORMAT_VERSION = 2
 CARRY_UNSEEN_S = 7 * 24 * 3600.0
 
 
-# Bounds of what a state file may hold: counts of replicas, and any number at all.
+# The most replicas a state file may name.
 _MAX_COUNT = 100_000
-_MAX_MAGNITUDE = 1e15
 
 
-class StateError(Exception):
+class StateError(ValueError):
     """The state file cannot be used. One line: what is wrong and where."""
 
 
@@ -141,7 +135,7 @@ def restore(
 
 
 def encode(snapshot: Snapshot) -> str:
-    body = {"format": FORMAT, "version": FORMAT_VERSION, **_to_json(snapshot)}
+    body = {"format": FORMAT, "version": FORMAT_VERSION, **codec.to_json(snapshot)}
     return json.dumps(body, separators=(",", ":"))
 
 
@@ -167,16 +161,19 @@ def decode(text: str) -> Snapshot:
     saved_raw = raw.get("deployments", {})
     if not isinstance(saved_raw, dict):
         raise StateError("deployments: expected an object")
-    snapshot = _from_json(Snapshot, body, "")
+    try:
+        snapshot = codec.from_json(Snapshot, body, "")
+    except codec.CodecError as exc:
+        raise StateError(str(exc)) from None
     assert isinstance(snapshot, Snapshot)
     kept: dict[str, SavedDeployment] = {}
     dropped: dict[str, str] = {}
     for name, entry in saved_raw.items():
         try:
-            saved = _from_json(SavedDeployment, entry, f"deployments.{name}")
+            saved = codec.from_json(SavedDeployment, entry, f"deployments.{name}")
             _check_ranges(saved, f"deployments.{name}")
-        except (StateError, RecursionError, OverflowError) as exc:
-            dropped[name] = str(exc) if isinstance(exc, StateError) else type(exc).__name__
+        except (codec.CodecError, StateError, RecursionError, OverflowError) as exc:
+            dropped[name] = str(exc) if isinstance(exc, ValueError) else type(exc).__name__
             continue
         kept[name] = saved
     return dataclasses.replace(snapshot, deployments=kept, dropped=dropped)
@@ -261,26 +258,21 @@ def load_or_set_aside(path: Path) -> Snapshot | None:
 # ---------------------------------------------------------------- the daemon's side
 
 
-def snapshot_of(controller: Controller, now_s: float, clock_origin_s: float | None) -> Snapshot:
-    """The controller's state now, plus saved deployments not seen since the start."""
-    deployments: dict[str, SavedDeployment] = {}
-    for name, saved in controller.restored.items():
-        if now_s - saved.saved_at_s <= CARRY_UNSEEN_S:
-            deployments[name] = saved
-    for name, runtime in controller.deployments.items():
-        deployments[name] = SavedDeployment(
-            saved_at_s=now_s,
-            state=runtime.state,
-            paused=runtime.paused,
-            override_replicas=runtime.override_replicas,
-            override_until_s=runtime.override_until_s,
-            applied_replicas=runtime.applied_replicas,
-        )
+class Snapshottable(Protocol):
+    """What the state keeper needs of the controller: its state as plain values."""
+
+    @property
+    def config(self) -> Config: ...
+
+    def snapshot(self, now_s: float) -> dict[str, SavedDeployment]: ...
+
+
+def snapshot_of(controller: Snapshottable, now_s: float, clock_origin_s: float | None) -> Snapshot:
     return Snapshot(
         saved_at_s=now_s,
         saved_wall_s=time.time(),
         clock_origin_s=clock_origin_s,
-        deployments=deployments,
+        deployments=controller.snapshot(now_s),
     )
 
 
@@ -310,19 +302,19 @@ class StateKeeper:
         """Save after the next tick (an operator changed something worth keeping)."""
         self._requested = True
 
-    def __call__(self, controller: Controller, report: TickReport) -> None:
+    def __call__(self, controller: Snapshottable, report: Any) -> None:
         self._ticks += 1
         due = self._ticks >= controller.config.state.every_ticks
         if not (due or self._requested) or self._writing is not None:
             return
         self._ticks = 0
         self._requested = False
-        snapshot = snapshot_of(controller, report.started_at_s, self.clock_origin_s)
+        snapshot = snapshot_of(controller, report.started_at_s, self.clock_origin_s)  # a TickReport
         loop = asyncio.get_running_loop()
         self._writing = loop.run_in_executor(None, self._write, snapshot)
         self._writing.add_done_callback(self._written)
 
-    async def flush(self, controller: Controller, now_s: float) -> bool:
+    async def flush(self, controller: Snapshottable, now_s: float) -> bool:
         """At shutdown: wait for a write in flight, then save the final state."""
         if self._writing is not None:
             await asyncio.gather(self._writing, return_exceptions=True)
@@ -352,91 +344,3 @@ class StateKeeper:
         elif ok and self._failing:
             self._log.info("state_save_recovered")
         self._failing = not ok
-
-
-# ---------------------------------------------------------------- dataclasses <-> JSON
-
-
-def _to_json(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple | list):
-        return [_to_json(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _to_json(v) for k, v in value.items()}
-    return value
-
-
-def _from_json(kind: Any, value: Any, where: str) -> Any:
-    """`value` (parsed JSON) as an instance of the type `kind`; StateError naming the path."""
-    origin = typing.get_origin(kind)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(kind)
-        if value is None and type(None) in options:
-            return None
-        problems = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _from_json(option, value, where)
-            except StateError as exc:
-                problems.append(str(exc))
-        raise StateError(problems[0] if problems else f"{where or 'top level'}: unexpected null")
-    if dataclasses.is_dataclass(kind):
-        if not isinstance(value, dict):
-            raise StateError(f"{where or 'top level'}: expected an object")
-        hints = typing.get_type_hints(kind)
-        known = {f.name for f in dataclasses.fields(kind)}
-        unknown = set(value) - known
-        if unknown:
-            raise StateError(f"{_join(where, sorted(unknown)[0])}: unknown field")
-        values = {
-            name: _from_json(hints[name], item, _join(where, name)) for name, item in value.items()
-        }
-        try:
-            return typing.cast(Any, kind)(**values)
-        except TypeError as exc:  # a required field missing
-            raise StateError(f"{where or 'top level'}: {exc}") from None
-    if origin is tuple:
-        args = typing.get_args(kind)
-        if not isinstance(value, list):
-            raise StateError(f"{where}: expected a list")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_from_json(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-        if len(args) != len(value):
-            raise StateError(f"{where}: expected {len(args)} items")
-        pairs = enumerate(zip(args, value, strict=True))
-        return tuple(_from_json(a, v, f"{where}[{i}]") for i, (a, v) in pairs)
-    if origin is dict:
-        _, item_kind = typing.get_args(kind)
-        if not isinstance(value, dict):
-            raise StateError(f"{where}: expected an object")
-        return {k: _from_json(item_kind, v, _join(where, k)) for k, v in value.items()}
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise StateError(f"{where}: expected a number")
-        try:
-            number = float(value)
-        except OverflowError:
-            raise StateError(f"{where}: number out of range") from None
-        if not math.isfinite(number) or abs(number) > _MAX_MAGNITUDE:
-            # Nothing the daemon saves is NaN, infinite or near the float limit: such a
-            # value is damage, and would poison every decision made from it.
-            raise StateError(f"{where}: not a finite number in range")
-        return number
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise StateError(f"{where}: expected an integer")
-        if abs(value) > _MAX_MAGNITUDE:
-            raise StateError(f"{where}: number out of range")
-        return value
-    if kind is bool or kind is str:
-        if not isinstance(value, kind):
-            raise StateError(f"{where}: expected {kind.__name__}")
-        return value
-    raise StateError(f"{where}: cannot read a {kind!r}")
-
-
-def _join(where: str, name: str) -> str:
-    return f"{where}.{name}" if where else name
