@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,14 +57,28 @@ def _line_name(line: str) -> str:
     return line[:end]
 
 
+# The shape of an exposition line that is not a comment: a metric name, optional labels,
+# a value. Checked (in C, by `re`) on the lines the parser does not see.
+_SAMPLE_LINE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?[ \t]+\S")
+
+
 def parse(text: str, families: Iterable[str]) -> list[Sample]:
     """The samples of the named families in `text`.
 
     Lines of other families are dropped before parsing: a Ray node exports thousands of
     series and the parser is pure Python, so filtering first is what keeps a scrape cheap.
+    The dropped lines must still look like exposition lines: an error page or a truncated
+    answer is no scrape at all (Prometheus rejects such a scrape whole, too), not an
+    endpoint that happens to have no Serve series.
     """
     wanted = frozenset(families)
-    kept = [line for line in text.splitlines() if family_of(_line_name(line), wanted)]
+    kept: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if family_of(_line_name(line), wanted):
+            kept.append(line)
+        elif line and not line.startswith("#") and not line.isspace():
+            if _SAMPLE_LINE.match(line) is None:
+                raise MetricsParseError(f"line {number}: not an exposition line")
     try:
         parsed = list(text_string_to_metric_families("\n".join(kept) + "\n"))
     except (ValueError, TypeError, IndexError) as exc:

@@ -87,6 +87,12 @@ def test_parse_keeps_only_wanted_families() -> None:
 def test_parse_rejects_garbage() -> None:
     with pytest.raises(MetricsParseError):
         parse('ray_serve_num_router_requests_total{application="x" 1\n', sm.FAMILY_NAMES)
+    # An error page holds none of the families asked for, and is still no scrape: read as
+    # one, the endpoint's share of the load would silently vanish.
+    for page in ("<html><body>502 Bad Gateway</body></html>\n", "\x00\x01 this is {not\n"):
+        with pytest.raises(MetricsParseError, match="line 1: not an exposition line"):
+            parse(page, sm.FAMILY_NAMES)
+    assert parse(RAY_TEXT.replace("{router}", "1"), frozenset()) == []
 
 
 def test_counter_deltas_handle_resets_and_new_series() -> None:
