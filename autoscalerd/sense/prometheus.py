@@ -76,9 +76,13 @@ def parse(text: str, families: Iterable[str]) -> list[Sample]:
     for number, line in enumerate(text.splitlines(), 1):
         if family_of(_line_name(line), wanted):
             kept.append(line)
-        elif line and not line.startswith("#") and not line.isspace():
-            if _SAMPLE_LINE.match(line) is None:
-                raise MetricsParseError(f"line {number}: not an exposition line")
+        elif (
+            line
+            and not line.startswith("#")
+            and not line.isspace()
+            and _SAMPLE_LINE.match(line) is None
+        ):
+            raise MetricsParseError(f"line {number}: not an exposition line")
     try:
         parsed = list(text_string_to_metric_families("\n".join(kept) + "\n"))
     except (ValueError, TypeError, IndexError) as exc:
