@@ -186,12 +186,13 @@ def _run(args: argparse.Namespace) -> int:
 async def _serve(config: Config, args: argparse.Namespace) -> int:
     from autoscalerd import state as saved_state
     from autoscalerd.act import registry
-    from autoscalerd.act.base import ActuatorContext
+    from autoscalerd.act.base import Actuator, ActuatorContext
     from autoscalerd.act.shadow import ShadowActuator
     from autoscalerd.clock import Clock, RealClock, VirtualClock
     from autoscalerd.loop import Controller
     from autoscalerd.metrics import Metrics
     from autoscalerd.notify import Notifier, TickNotifier, keep_watchdog_fed, watchdog_interval_s
+    from autoscalerd.sense.base import TraceSensor
     from autoscalerd.server import HealthRule, create_app, start
 
     log = logs.get("autoscalerd")
@@ -201,9 +202,10 @@ async def _serve(config: Config, args: argparse.Namespace) -> int:
     early_reloads: list[bool] = []
     loop.add_signal_handler(signal.SIGHUP, early_reloads.append, True)
     sensors = registry.build_sensors(config)
-    starts = [getattr(s, "start_s", None) for s in sensors]
-    replay = bool(sensors) and all(start is not None for start in starts)
-    actuators: list[Any]
+    # Virtual time when every sensor replays a trace (see sense.base.TraceSensor).
+    traces = [s for s in sensors if isinstance(s, TraceSensor)]
+    replay = bool(sensors) and len(traces) == len(sensors)
+    actuators: list[Actuator]
     if args.dry_run:
         actuators = [ShadowActuator(replaced=[p.type for p in config.actuators])]
     else:
@@ -214,12 +216,12 @@ async def _serve(config: Config, args: argparse.Namespace) -> int:
         config=args.config,
         dry_run=args.dry_run,
         clock="virtual" if replay else "real",
-        sensors=[getattr(s, "name", "?") for s in sensors],
-        actuators=[getattr(a, "name", "?") for a in actuators],
+        sensors=[s.name for s in sensors],
+        actuators=[a.name for a in actuators],
     )
 
     # Saved state first: under replay it decides where in the trace the clock resumes.
-    origin_s = min(s for s in starts if s is not None) if replay else None
+    origin_s = min(s.start_s for s in traces) if replay else None
     state_path = saved_state.resolve_path(config.state)
     snapshot = saved_state.load_or_set_aside(state_path) if state_path else None
     if state_path is None:

@@ -17,14 +17,14 @@ from typing import Any
 
 from autoscalerd import logs
 from autoscalerd import state as saved_state
-from autoscalerd.act.base import Actuation, ActuationResult
+from autoscalerd.act.base import Actuation, ActuationResult, Actuator
 from autoscalerd.clock import Clock
 from autoscalerd.config import Config, DeploymentConfig
 from autoscalerd.decide import policy
 from autoscalerd.decide.capacity import replicas_for_rate
 from autoscalerd.forecast import holt_winters
 from autoscalerd.model import Decision, DeploymentState, Observation, Reading, Reason
-from autoscalerd.sense.base import DeploymentInfo, SenseResult
+from autoscalerd.sense.base import DeploymentInfo, SenseResult, Sensor, TraceSensor
 
 
 @dataclass
@@ -110,8 +110,8 @@ class Controller:
     def __init__(
         self,
         config: Config,
-        sensors: Sequence[Any],
-        actuators: Sequence[Any],
+        sensors: Sequence[Sensor],
+        actuators: Sequence[Actuator],
         clock: Clock,
         *,
         inline_refit: bool = False,
@@ -175,7 +175,9 @@ class Controller:
 
     def finished(self) -> bool:
         """True when every sensor is a finite replay that has run out."""
-        return bool(self.sensors) and all(getattr(s, "finished", False) for s in self.sensors)
+        return bool(self.sensors) and all(
+            isinstance(s, TraceSensor) and s.finished for s in self.sensors
+        )
 
     async def run(self) -> None:
         deadline_s = self.clock.now_s()
@@ -229,7 +231,7 @@ class Controller:
             await asyncio.gather(sleeper, stopper, return_exceptions=True)
 
     async def close(self) -> None:
-        components = [*self.sensors, *self.actuators]
+        components: list[Sensor | Actuator] = [*self.sensors, *self.actuators]
         results = await asyncio.gather(
             *(asyncio.wait_for(c.close(), CLOSE_TIMEOUT_S) for c in components),
             return_exceptions=True,
@@ -237,9 +239,7 @@ class Controller:
         for component, result in zip(components, results, strict=True):
             if isinstance(result, Exception):
                 error = "timed out" if isinstance(result, TimeoutError) else str(result)
-                self._log.warning(
-                    "close_failed", component=getattr(component, "name", "?"), error=error
-                )
+                self._log.warning("close_failed", component=component.name, error=error)
         if self._pool is not None:
             # A fit in progress is not worth waiting for at exit (the interpreter would
             # join the worker): end it; the next start refits if still due.
@@ -312,7 +312,7 @@ class Controller:
         )
         sensed: dict[str, tuple[list[Observation], DeploymentInfo | None]] = {}
         for sensor, result in zip(self.sensors, results, strict=True):
-            name = getattr(sensor, "name", type(sensor).__name__)
+            name = sensor.name
             error: str | None
             if isinstance(result, BaseException):
                 error = (
@@ -594,7 +594,7 @@ class Controller:
         out: list[ActuationResult] = []
         failed: set[str] = set()
         for actuator, result in zip(self.actuators, results, strict=True):
-            name = getattr(actuator, "name", type(actuator).__name__)
+            name = actuator.name
             if isinstance(result, BaseException):
                 kind = "timeout" if isinstance(result, TimeoutError) else "error"
                 message = "timed out" if kind == "timeout" else f"{type(result).__name__}: {result}"

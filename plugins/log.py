@@ -3,24 +3,36 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from autoscalerd import logs
 from autoscalerd.act.base import Actuation, ActuationResult, ActuatorContext
+from autoscalerd.config import plugin_settings
+
+
+class LogActuatorSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # The level of the `actuate` events.
+    level: Literal["debug", "info", "warning", "error"] = "info"
 
 
 class LogActuator:
     name = "log"
+    settings_model = LogActuatorSettings
 
     def __init__(self, settings: Mapping[str, Any], context: ActuatorContext) -> None:
-        unknown = set(settings) - {"level"}
-        if unknown:
-            raise ValueError(
-                f"unknown setting(s) {sorted(unknown)}; the log actuator takes 'level'"
-            )
-        self._level = str(settings.get("level", "info"))
+        self.settings = plugin_settings(LogActuatorSettings, settings)
         self._applied: dict[str, int] = {}
-        self._log = logs.get("autoscalerd.actuator.log")
+        log = logs.get("autoscalerd.actuator.log")
+        self._emit = {
+            "debug": log.debug,
+            "info": log.info,
+            "warning": log.warning,
+            "error": log.error,
+        }[self.settings.level]
 
     async def apply(self, actuations: Sequence[Actuation]) -> Sequence[ActuationResult]:
         results = []
@@ -29,7 +41,7 @@ class LogActuator:
             skipped = self._applied.get(decision.deployment) == decision.target_replicas
             if not skipped:
                 self._applied[decision.deployment] = decision.target_replicas
-                getattr(self._log, self._level)(
+                self._emit(
                     "actuate",
                     deployment=decision.deployment,
                     target_replicas=decision.target_replicas,
