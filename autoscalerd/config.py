@@ -230,6 +230,22 @@ class HttpConfig(_Model):
         return value
 
 
+class GpuConfig(_Model):
+    """How GPU health reaches the decision (the nvml sensor and the GPU series of the
+    nodes' metrics report the facts)."""
+
+    # Hardware clock slowdown counts as lost capacity once it has lasted this long.
+    throttle_sustain_s: float = Field(30.0, ge=0)
+    # Addresses of this host besides its resolved hostname: NVML's GPUs are this host's,
+    # and a replica is on them when Serve reports one of these as its node_ip.
+    node_ips: tuple[str, ...] = ()
+    # Stop a failed replica's actor so that Serve replaces it (opt-in): without it, the
+    # extra replica added for the lost capacity stays until the failed one is gone.
+    replace_failed: bool = False
+    # At most one replacement per deployment per this many seconds.
+    replace_every_s: float = Field(300.0, gt=0)
+
+
 class StateConfig(_Model):
     # File for restart-safe state; default $STATE_DIRECTORY/state.json (systemd), else none.
     path: str | None = None
@@ -243,6 +259,7 @@ class Config(_Model):
     discovery: DiscoveryConfig = DiscoveryConfig()
     http: HttpConfig = HttpConfig()
     state: StateConfig = StateConfig()
+    gpu: GpuConfig = GpuConfig()
     defaults: DeploymentSettings = DeploymentSettings()
     deployments: tuple[DeploymentConfig, ...] = ()
     sensors: tuple[PluginConfig, ...] = (PluginConfig(type="ray_serve"),)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import math
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -20,8 +22,10 @@ from autoscalerd import state as saved_state
 from autoscalerd.act.base import Actuation, ActuationResult, Actuator
 from autoscalerd.clock import Clock
 from autoscalerd.config import Config, DeploymentConfig
-from autoscalerd.decide import policy
+from autoscalerd.cost import CostMeter
+from autoscalerd.decide import gpu_health, policy
 from autoscalerd.decide.capacity import replicas_for_rate
+from autoscalerd.decide.gpu_health import GpuHealth, GpuReading
 from autoscalerd.forecast import holt_winters
 from autoscalerd.model import Decision, DeploymentState, Observation, Reading, Reason
 from autoscalerd.sense.base import DeploymentInfo, SenseResult, Sensor, TraceSensor
@@ -44,6 +48,7 @@ class DeploymentRuntime:
     refit_in_flight: bool = False
     applied_replicas: int | None = None  # the last target an actuator confirmed
     decide_failures: int = 0  # consecutive ticks whose decision raised
+    cost: CostMeter = field(default_factory=CostMeter)  # replica- and GPU-hours so far
     # The controller's logger, bound to this deployment once it is adopted.
     log: Any = field(default_factory=lambda: logs.get("autoscalerd.loop"))
     # Someone else changing the target we set: how often, and the last time and word.
@@ -88,6 +93,14 @@ def merge_observations(name: str, now_s: float, observations: Sequence[Observati
                 if known is None or value.at_s > known.at_s:
                     merged[f.name] = value
     return Observation(deployment=name, sensed_at_s=now_s, **merged)
+
+
+def _local_ips(extra: Sequence[str]) -> frozenset[str]:
+    """This host's addresses: NVML's GPUs are on the replicas whose node_ip is one."""
+    found = {"127.0.0.1", "::1", *extra}
+    with contextlib.suppress(OSError):
+        found.update(socket.gethostbyname_ex(socket.gethostname())[2])
+    return frozenset(found)
 
 
 def _unusable(
@@ -144,6 +157,10 @@ class Controller:
         # Deployments named or discovered but not yet adopted, and why: nothing is
         # actuated before the platform's current target has been read.
         self.waiting: dict[str, str] = {}
+        # This tick's GPU facts from every sensor, and those no replica was found on.
+        self.gpus: list[GpuReading] = []
+        self.unattributed_gpus: dict[str, GpuHealth] = {}
+        self.local_ips = _local_ips(config.gpu.node_ips)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -311,6 +328,7 @@ class Controller:
             return_exceptions=True,
         )
         sensed: dict[str, tuple[list[Observation], DeploymentInfo | None]] = {}
+        self.gpus = []
         for sensor, result in zip(self.sensors, results, strict=True):
             name = sensor.name
             error: str | None
@@ -334,6 +352,7 @@ class Controller:
             )
             if not isinstance(result, SenseResult):
                 continue
+            self.gpus.extend(result.gpus)
             for dep_name, info in result.deployments.items():
                 observations, _ = sensed.get(dep_name, ([], None))
                 sensed[dep_name] = (observations, info)
@@ -373,7 +392,14 @@ class Controller:
             runtime = self._adopt(name, obs, now_s)
         if info is not None:
             runtime.info = info
+        obs = self._with_gpus(obs, runtime.info, now_s)
         runtime.last_observation = obs
+        resources = runtime.info.resources_per_replica if runtime.info is not None else {}
+        runtime.cost.update(
+            now_s,
+            obs.fresh("running_replicas", now_s, runtime.config.max_metric_age_s),
+            float(resources.get("GPU", 0.0)),
+        )
         self._maybe_refit(runtime, now_s)
         decision, runtime.state = policy.decide(obs, runtime.state, runtime.config, now_s)
         decision = self._apply_operator(runtime, decision, now_s)
@@ -416,6 +442,33 @@ class Controller:
                 - decision.target_replicas,
             )
         return Actuation(decision=decision, info=runtime.info, headroom_replicas=headroom)
+
+    def _with_gpus(
+        self, obs: Observation, info: DeploymentInfo | None, now_s: float
+    ) -> Observation:
+        """The deployment's GPUs and the capacity their faults took, joined here (the
+        GPUs come from one sensor, the replicas from another)."""
+        if not self.gpus:
+            return obs
+        replicas = info.replicas if info is not None else ()
+        attributed, unattributed = gpu_health.attribute(
+            self.gpus, replicas, self.local_ips, now_s, self.config.gpu.throttle_sustain_s
+        )
+        owned = {g.gpu_uuid for g in attributed}
+        for health in unattributed:
+            self.unattributed_gpus[health.uuid] = health
+        for uuid in owned:
+            self.unattributed_gpus.pop(uuid, None)
+        if not replicas:
+            return obs
+        ours = {r.replica_id for r in replicas}
+        mine = tuple(g for g in attributed if g.replica_id in ours)
+        at_s = min((g.at_s for g in self.gpus), default=now_s)
+        return replace(
+            obs,
+            gpu_replicas=mine,
+            gpu_lost_replicas=Reading(gpu_health.lost_replicas(mine), at_s),
+        )
 
     def _not_yet_seen(
         self, name: str, obs: Observation, info: DeploymentInfo | None, now_s: float

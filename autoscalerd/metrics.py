@@ -132,6 +132,30 @@ class Metrics:
             ["actuator", *_DEPLOYMENT],
             registry=r,
         )
+        self.gpus = Gauge(
+            "autoscalerd_gpus",
+            "GPUs attributed to the deployment's replicas, by health",
+            [*_DEPLOYMENT, "state"],
+            registry=r,
+        )
+        self.gpu_lost = Gauge(
+            "autoscalerd_gpu_lost_replicas",
+            "Replicas' worth of capacity lost to GPU faults (failed 1, degraded 1 - share)",
+            _DEPLOYMENT,
+            registry=r,
+        )
+        self.cost_used = Gauge(
+            "autoscalerd_cost_hours",
+            "Replica- and GPU-hours used since the deployment was first seen",
+            [*_DEPLOYMENT, "unit"],
+            registry=r,
+        )
+        self.cost_static = Gauge(
+            "autoscalerd_cost_static_peak_hours",
+            "What static provisioning at the peak running count would have used meanwhile",
+            [*_DEPLOYMENT, "unit"],
+            registry=r,
+        )
         self.sensor_errors = Counter(
             "autoscalerd_sensor_errors_total",
             "Ticks in which a sensor failed or timed out",
@@ -269,6 +293,18 @@ class Metrics:
         if obs is not None:
             for input_name, reading in _readings(obs):
                 self.input_age.labels(*key, input_name).set(reading.age_s(now_s))
+            if obs.gpu_lost_replicas is not None:
+                self.gpu_lost.labels(*key).set(obs.gpu_lost_replicas.value)
+                for state in ("healthy", "degraded", "failed"):
+                    count = sum(1 for g in obs.gpu_replicas if g.state == state)
+                    self.gpus.labels(*key, state).set(count)
+        cost = runtime.cost.report()
+        for unit, used, static in (
+            ("replica", cost["replica_hours"], cost["static_peak_replica_hours"]),
+            ("gpu", cost["gpu_hours"], cost["static_peak_gpu_hours"]),
+        ):
+            _set(self.cost_used, (*key, unit), used)
+            _set(self.cost_static, (*key, unit), static)
 
 
 def _labels(name: str) -> tuple[str, str]:

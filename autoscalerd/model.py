@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from autoscalerd.decide.burstiness import BurstState
+from autoscalerd.decide.gpu_health import ReplicaGpu
 from autoscalerd.decide.ray_compat import RayPolicyState
 from autoscalerd.decide.replica_model import ReplicaModelState
 from autoscalerd.decide.slo_guard import GuardState
@@ -93,7 +94,10 @@ class Observation:
     queue_wait_p99_s: Reading | None = None
     # Capacity derating inputs.
     kv_cache_usage_ratio: Reading | None = None
-    gpu_health_ratio: Reading | None = None
+    # Replicas' worth of capacity lost to GPU faults (a failed replica counts 1, a degraded
+    # one 1 - its share), and the GPUs behind it, joined by the loop (decide/gpu_health.py).
+    gpu_lost_replicas: Reading | None = None
+    gpu_replicas: tuple[ReplicaGpu, ...] = ()
     # The replica model's inputs (vLLM's counters and histograms where exported; Serve
     # reports max_ongoing_requests). Rates are over the last tick, means over look-back.
     max_ongoing_requests: Reading | None = None  # slots per replica
@@ -159,6 +163,8 @@ class Reason(str, enum.Enum):
     SCALE_TO_ZERO = "scale_to_zero"
     ACTIVATE_FROM_ZERO = "activate_from_zero"
     STALE_DATA = "stale_data"  # inputs missing or older than max_metric_age_s: hold
+    GPU_FAILED = "gpu_failed"  # a replica's GPU failed: its capacity is replaced at once
+    GPU_DEGRADED = "gpu_degraded"  # a replica's GPU is slowed: counted at its measured share
     PARTIAL_DATA = "partial_data"  # some metrics endpoints missing: lower bounds, no scale-down
     WARMUP = "warmup"  # not enough fresh history since start to scale down
     STEADY = "steady"  # nothing to change
@@ -207,6 +213,9 @@ class Decision:
     model_calibration: float | None = None  # observed / predicted bad; sizing aims at ε / it
     # (name, value, samples, age_s or None for a prior) per replica-model parameter.
     replica_model: tuple[tuple[str, float, int, float | None], ...] = ()
+    # GPU faults: replicas' worth of capacity lost, and (replica, GPU, state, reason).
+    gpu_lost_replicas: float | None = None
+    gpu_replicas: tuple[tuple[str, str, str, str], ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -227,6 +236,11 @@ class Decision:
                     }
                     for name, v, n, age in value
                 }
+            elif f.name == "gpu_replicas":
+                value = [
+                    {"replica": r, "gpu": g, "state": state, "reason": why}
+                    for r, g, state, why in value
+                ]
             elif isinstance(value, tuple):
                 value = list(value)
             elif isinstance(value, float):
@@ -261,6 +275,8 @@ class DeploymentState:
     # over look_back_period_s, which Ray's controller averages before its policy sees them.
     ray_policy: RayPolicyState = field(default_factory=RayPolicyState)
     ray_samples: tuple[tuple[float, float], ...] = ()
+    # Replicas added for capacity lost to GPU faults (added at once, not delayed).
+    gpu_extra_replicas: int = 0
 
     def with_(self, **changes: Any) -> DeploymentState:
         from dataclasses import replace

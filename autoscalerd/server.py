@@ -351,6 +351,11 @@ async def get_status(request: web.Request) -> web.Response:
         # Named or discovered, not managed yet: nothing is actuated before the platform's
         # current target has been read.
         "waiting": dict(sorted(controller.waiting.items())),
+        # GPUs seen but on no known replica's process.
+        "gpus_unattributed": [
+            {"gpu": h.uuid, "state": h.state, "reason": h.reason or None}
+            for h in sorted(controller.unattributed_gpus.values(), key=lambda h: h.uuid)
+        ],
     }
     # Errors quote what a sensor or actuator was answered, and an answer may echo a token.
     return _json(_redacted(body, _secrets(controller)))
@@ -366,6 +371,21 @@ def _deployment_status(runtime: DeploymentRuntime, now_s: float) -> dict[str, An
         "target_replicas": runtime.state.target_replicas,
         "applied_replicas": runtime.applied_replicas,
         "last_error": runtime.last_error,
+        # Each replica's GPUs with their health (the nvml sensor, the nodes' GPU series).
+        "gpus": [
+            {
+                "replica": g.replica_id,
+                "gpu": g.gpu_uuid,
+                "node_ip": g.node_ip,
+                "state": g.state,
+                "reason": g.reason or None,
+                "capacity_share": round(g.share, 3),
+                "source": g.source,
+            }
+            for g in (obs.gpu_replicas if obs is not None else ())
+        ],
+        # Replica- and GPU-hours used so far against static provisioning at the peak seen.
+        "cost": runtime.cost.report(),
         # Someone else changing the target autoscalerd set (ownership conflicts).
         "conflicts": {
             "count": runtime.conflicts,

@@ -21,6 +21,7 @@ alone for `conflict_pause_s`, or until its target matches ours again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
 
+from autoscalerd_plugins.gpu_replace import ReplicaReplacer, ray_kill
 from pydantic import BaseModel, ConfigDict, Field
 from tenacity import (
     AsyncRetrying,
@@ -131,12 +133,31 @@ class RayServeActuator:
         self._conflicts_reported: dict[str, int] = {}
         self._epochs: dict[str, str] = {}
         self._log = logs.get("autoscalerd.actuator.ray_serve")
+        gpu = context.config.gpu
+        self._replacer = (
+            ReplicaReplacer(ray_kill(cluster.address), gpu.replace_every_s)
+            if gpu.replace_failed and not context.dry_run
+            else None
+        )
         self.calls = 0  # scale requests sent, retries included
 
     async def apply(self, actuations: Sequence[Actuation]) -> Sequence[ActuationResult]:
-        return await asyncio.gather(*(self._apply_one(a) for a in actuations))
+        results = await asyncio.gather(*(self._apply_one(a) for a in actuations))
+        if self._replacer is None:
+            return results
+        out = []
+        for actuation, result in zip(actuations, results, strict=True):
+            done = await self._replacer.replace_failed(actuation, self._wall())
+            if done and result.ok:
+                result = dataclasses.replace(
+                    result, message="; ".join(m for m in (result.message, done) if m)
+                )
+            out.append(result)
+        return out
 
     async def close(self) -> None:
+        if self._replacer is not None:
+            self._replacer.close()
         await self._client.close()
 
     # ------------------------------------------------------------------ one deployment

@@ -45,16 +45,15 @@ def mean_rate(
     return sum(rate for _, rate in recent) / len(recent)
 
 
-def derate(
-    kv_cache_usage_ratio: float | None, gpu_health_ratio: float | None, above: float
-) -> float:
-    """Capacity factor in (0, 1]: KV-cache pressure above `above` halves μ linearly at 100%."""
+def derate(kv_cache_usage_ratio: float | None, above: float) -> float:
+    """Capacity factor in (0, 1]: KV-cache pressure above `above` halves μ linearly at 100%.
+
+    GPU faults are not a factor on every replica: they take capacity from the replicas
+    on the faulty GPUs, and the policy adds those replicas' worth (gpu_health.py)."""
     factor = 1.0
     if kv_cache_usage_ratio is not None and kv_cache_usage_ratio > above and above < 1.0:
         pressure = min(1.0, (kv_cache_usage_ratio - above) / (1.0 - above))
         factor *= 1.0 - 0.5 * pressure
-    if gpu_health_ratio is not None:
-        factor *= min(1.0, max(0.1, gpu_health_ratio))
     return factor
 
 

@@ -104,9 +104,7 @@ def decide(
         model_state, cfg.replica_model, now_s, cfg.capacity.service_rate_per_replica
     )
     capacity_factor = capacity.derate(
-        obs.fresh("kv_cache_usage_ratio", now_s, max_age_s),
-        obs.fresh("gpu_health_ratio", now_s, max_age_s),
-        cfg.capacity.kv_cache_derate_above,
+        obs.fresh("kv_cache_usage_ratio", now_s, max_age_s), cfg.capacity.kv_cache_derate_above
     )
 
     # 3. Forecast over the lead time.
@@ -217,6 +215,17 @@ def decide(
     replicas_capacity = sized_up.replicas + backlog_replicas if sized_up else None
     replicas_raw = replicas_capacity
     replicas_sustained = sized_down.replicas + backlog_replicas if sized_down else None
+    # Capacity lost to GPU faults is not a load fluctuation: that many replicas' worth on
+    # top of the sizing, added at once below. A stale reading holds what was added.
+    gpu_extra = _gpu_extra(obs, state, now_s, max_age_s)
+    if gpu_extra:
+        failed = any(state_ == "failed" for *_, state_, _ in _gpu_rows(obs))
+        reasons.append(Reason.GPU_FAILED if failed else Reason.GPU_DEGRADED)
+        if replicas_capacity is not None:
+            replicas_capacity += gpu_extra
+            replicas_raw = replicas_capacity
+        if replicas_sustained is not None:
+            replicas_sustained += gpu_extra
     # Ray's concurrency reading: evidence for the record (observed queueing enters as the
     # backlog above), never a floor.
     replicas_concurrency: int | None = None
@@ -275,6 +284,8 @@ def decide(
         burn_rate_slow=verdict.burn_slow,
         model_calibration=verdict.calibration,
         replica_model=tuple((e.name, e.value, e.samples, e.age_s) for e in model.estimates),
+        gpu_lost_replicas=obs.fresh("gpu_lost_replicas", now_s, max_age_s),
+        gpu_replicas=_gpu_rows(obs),
     )
     next_state = state.with_(
         rate_samples=r.rate_samples,
@@ -285,6 +296,7 @@ def decide(
         burst=burst_state,
         guard=guard_state,
         last_decided_at_s=now_s,
+        gpu_extra_replicas=gpu_extra,
     )
 
     # 8 (first, because it short-circuits). Fail static: nothing fresh to act on -> hold,
@@ -343,6 +355,11 @@ def decide(
         reasons.append(Reason.COOLDOWN)
         wanted = current
 
+    # Replacing capacity a GPU fault took bypasses the upscale delay and the cooldown.
+    replacing = gpu_extra - state.gpu_extra_replicas
+    if replacing > 0 and wanted < min(recommendation, current + replacing):
+        wanted = min(recommendation, current + replacing)
+
     wanted, step_reasons = stabilize.limit_step(current, wanted, a)
     reasons.extend(step_reasons)
 
@@ -352,6 +369,24 @@ def decide(
     target, bound_reasons = bounds.apply_bounds(wanted, a)
     reasons.extend(bound_reasons)
     return outcome.finish(target, reasons, base, next_state, now_s, smoothed)
+
+
+def _gpu_rows(obs: Observation) -> tuple[tuple[str, str, str, str], ...]:
+    """(replica, GPU, state, reason) of every replica GPU that is not healthy."""
+    return tuple(
+        (g.replica_id, g.gpu_uuid, g.state, g.reason)
+        for g in obs.gpu_replicas
+        if g.state != "healthy"
+    )
+
+
+def _gpu_extra(obs: Observation, state: DeploymentState, now_s: float, max_age_s: float) -> int:
+    if obs.gpu_lost_replicas is None:
+        return 0  # no GPU health reported at all
+    lost = obs.fresh("gpu_lost_replicas", now_s, max_age_s)
+    if lost is None:
+        return state.gpu_extra_replicas  # stale: never less on data not seen
+    return capacity.ceil_replicas(lost)
 
 
 def _max_known(*values: _Number | None) -> _Number | None:

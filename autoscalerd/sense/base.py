@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from autoscalerd.decide.gpu_health import GpuReading, ReplicaPlacement
 from autoscalerd.model import Observation, Reading
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ class DeploymentInfo:
     # Changes when the platform restarts (Ray Serve: the controller's actor id), after
     # which nothing the daemon set there is in force: actuators assert it again.
     platform_epoch: str | None = None
+    # The replicas and where they run (process id, node), to attribute GPUs to them.
+    replicas: tuple[ReplicaPlacement, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,9 @@ class SenseResult:
     deployments: Mapping[str, DeploymentInfo]
     # Sensor-level failure (e.g. dashboard unreachable): one line, no secrets.
     error: str | None = None
+    # GPU facts (NVML on this host, the nodes' GPU series for the others); the loop joins
+    # them to replicas through DeploymentInfo.replicas.
+    gpus: tuple[GpuReading, ...] = ()
 
 
 @runtime_checkable

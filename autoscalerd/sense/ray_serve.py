@@ -27,7 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from autoscalerd import logs
 from autoscalerd.config import Config, plugin_settings
 from autoscalerd.dashboard import DashboardClient, DashboardError, find_token
+from autoscalerd.decide.gpu_health import GpuReading
 from autoscalerd.model import Histogram, Observation, Reading
+from autoscalerd.sense import gpu_series
 from autoscalerd.sense import serve_metrics as sm
 from autoscalerd.sense.base import DeploymentInfo, SenseResult
 from autoscalerd.sense.moments import second_moment
@@ -43,6 +45,7 @@ from autoscalerd.sense.serve_api import (
 )
 
 APPLICATIONS_PATH = "/api/serve/applications/"
+_FAMILIES = sm.FAMILY_NAMES | gpu_series.GPU_FAMILIES
 NODES_PATH = "/nodes?view=summary"
 P99 = 0.99
 
@@ -113,6 +116,9 @@ class RayServeSensor:
         self._targets: list[MetricsTarget] = []
         self._targets_at_s: float | None = None
         self._last_success_s: dict[str, float] = {}
+        # The GPUs each endpoint's last scrape described (Ray's node series, DCGM).
+        self._gpus: dict[str, list[GpuReading]] = {}
+        self._gpu_track = gpu_series.GpuTrack()
         # url -> the book's round count after the last round it answered cleanly in.
         self._answered_last_round: dict[str, int] = {}
         self._last_scrape_s: float | None = None
@@ -277,14 +283,19 @@ class RayServeSensor:
             if isinstance(answer, str):
                 failures.append(answer)
                 self._book.forget_gauges(url)  # its last values are not what runs now
+                self._gpus.pop(url, None)
                 continue
             fetched_at_s, text = answer
             try:
-                samples = parse(text, sm.FAMILY_NAMES)
+                samples = parse(text, _FAMILIES)
             except MetricsParseError as exc:
                 failures.append(f"{url}: not Prometheus text ({exc})")
                 self._book.forget_gauges(url)
+                self._gpus.pop(url, None)
                 continue
+            self._gpus[url] = self._gpu_track.update(
+                gpu_series.readings_from(samples, url, fetched_at_s)
+            )
             previous_s = self._last_success_s.get(url)
             # Growth counts only for endpoints watched without a gap: answered in the
             # previous round too. One that missed a round (down, garbage) starts again
@@ -357,7 +368,8 @@ class RayServeSensor:
         observations = {
             name: self._observation(dep, state_at_s) for name, dep in state.deployments.items()
         }
-        return SenseResult(observations, infos, error=self._metrics_error)
+        gpus = tuple(gpu for readings in self._gpus.values() for gpu in readings)
+        return SenseResult(observations, infos, error=self._metrics_error, gpus=gpus)
 
     def _observation(self, dep: ServeDeployment, state_at_s: float) -> Observation:
         fields: dict[str, Any] = {
@@ -512,4 +524,5 @@ def _info(dep: ServeDeployment, state_at_s: float, controller_id: str | None) ->
             Reading(float(target), state_at_s) if target is not None else None
         ),
         watches_platform=True,
+        replicas=dep.placements,
     )

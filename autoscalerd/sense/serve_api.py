@@ -5,7 +5,7 @@ Shapes as of Ray 2.60:
   `deployment_topology.ingress_deployment` and `deployments.<dep>` with
   `target_num_replicas`, `required_resources` (per replica, e.g. {"CPU": 0, "GPU": 1.0}),
   `deployment_config.max_ongoing_requests` and `.ray_actor_options`, and `replicas[]` with
-  `state` (STARTING, RUNNING, ...), `replica_id`, `worker_id`, `node_id`.
+  `state` (STARTING, RUNNING, ...), `replica_id`, `worker_id`, `node_id`, `node_ip`, `pid`.
   `controller_info.actor_id` names the Serve controller (a new one after a restart).
 - `GET /nodes?view=summary`: `data.summary[].raylet` has `state`, `nodeId`,
   `nodeManagerAddress` and `metricsExportPort` (each node's Prometheus endpoint).
@@ -13,10 +13,14 @@ Shapes as of Ray 2.60:
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from autoscalerd.decide.gpu_health import ReplicaPlacement
 
 # Replica states: serving traffic, or on the way to it. STOPPING counts as neither.
 SERVING_STATES = frozenset({"RUNNING", "PENDING_MIGRATION"})
@@ -37,6 +41,8 @@ class ServeDeployment:
     replica_ids: frozenset[str] = frozenset()
     worker_ids: frozenset[str] = frozenset()
     node_ids: frozenset[str] = frozenset()
+    # Each replica's process and node, to attribute GPUs to it.
+    placements: tuple[ReplicaPlacement, ...] = ()
 
     @property
     def name(self) -> str:
@@ -67,6 +73,10 @@ class ServeState:
 
 class ShapeError(ValueError):
     """The dashboard answered, but not in the shape this Ray version should have."""
+
+
+# A host name or an IPv4 address, as a node's address reads; IPv6 is checked apart.
+_HOST_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 def parse_applications(body: Any) -> ServeState:
@@ -107,9 +117,22 @@ def _count(value: Any) -> int | None:
     """A replica or request count: a finite number >= 0, else unknown (never 0)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    if not math.isfinite(value) or value < 0 or value > 1e9:
+    # Comparisons, not math.isfinite: they refuse NaN too, and an integer of hundreds of
+    # digits, which cannot become a float.
+    if not 0 <= value <= 1e9:
         return None
     return int(value)
+
+
+def _amount(value: Any) -> float | None:
+    """A resource amount: a finite number > 0, else none."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        amount = float(value)
+    except OverflowError:  # an integer past float's range
+        return None
+    return amount if math.isfinite(amount) and amount > 0 else None
 
 
 def _deployment(app: str, name: str, dep: Any, external: bool, ingress: Any) -> ServeDeployment:
@@ -138,7 +161,28 @@ def _deployment(app: str, name: str, dep: Any, external: bool, ingress: Any) -> 
         replica_ids=_ids(replicas, "replica_id"),
         worker_ids=_ids(replicas, "worker_id"),
         node_ids=_ids(replicas, "node_id"),
+        placements=_placements(replicas),
     )
+
+
+def _placements(replicas: list[Any]) -> tuple[ReplicaPlacement, ...]:
+    out = []
+    for replica in replicas:
+        if not isinstance(replica, Mapping) or not replica.get("replica_id"):
+            continue
+        pid = _count(replica.get("pid"))
+        node_ip = replica.get("node_ip")
+        actor = replica.get("actor_name")
+        out.append(
+            ReplicaPlacement(
+                str(replica["replica_id"]),
+                pid or None,
+                str(node_ip) if isinstance(node_ip, str) and node_ip else None,
+                str(replica.get("state", "")),
+                actor if isinstance(actor, str) and actor else None,
+            )
+        )
+    return tuple(out)
 
 
 def _ids(replicas: list[Any], key: str) -> frozenset[str]:
@@ -153,17 +197,49 @@ def _resources(dep: Mapping[str, Any], config: Any) -> dict[str, float]:
     else:
         options = config.get("ray_actor_options") if isinstance(config, Mapping) else None
         options = options if isinstance(options, Mapping) else {}
-        source = dict(options.get("resources") or {})
+        resources = options.get("resources")
+        source = dict(resources) if isinstance(resources, Mapping) else {}
         source["CPU"] = options.get("num_cpus", 1)
         source["GPU"] = options.get("num_gpus", 0)
         if options.get("memory"):
             source["memory"] = options["memory"]
     # Zero entries mean "none"; keeping them would make empty bundles look meaningful.
-    return {
-        k: float(v)
-        for k, v in source.items()
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-    }
+    amounts = {str(k): _amount(v) for k, v in source.items()}
+    return {k: v for k, v in amounts.items() if v is not None}
+
+
+def _metrics_url(host: Any, port: Any) -> str | None:
+    """`http://host:port/metrics`; None unless `host` is a name or an IP address and `port`
+    a TCP port: anything else makes another URL than meant, or none that can be fetched."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        return None
+    if not isinstance(host, str):
+        return None
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return None
+        host = f"[{host}]"
+    elif not _HOST_NAME.fullmatch(host):
+        return None
+    return f"http://{host}:{port}/metrics"
+
+
+def _split_address(address: str) -> tuple[str, int] | None:
+    """(host, port) of a file-SD target `host:port`, `[v6]:port` or `host` (port 80)."""
+    if address.startswith("["):
+        host, closed, rest = address[1:].partition("]")
+        if not closed or (rest and not rest.startswith(":")):
+            return None
+        port_text = rest[1:] if rest else "80"
+    else:
+        host, colon, port_text = address.rpartition(":")
+        if not colon:
+            host, port_text = address, "80"
+    if not (port_text.isascii() and port_text.isdigit()) or len(port_text) > 5:
+        return None
+    return host, int(port_text)
 
 
 def parse_metrics_targets(body: Any) -> list[MetricsTarget]:
@@ -179,14 +255,10 @@ def parse_metrics_targets(body: Any) -> list[MetricsTarget]:
         raylet = node.get("raylet") if isinstance(node, Mapping) else None
         if not isinstance(raylet, Mapping) or raylet.get("state") != "ALIVE":
             continue
-        address = raylet.get("nodeManagerAddress")
-        port = raylet.get("metricsExportPort")
-        if not address or not isinstance(port, int) or port <= 0:
-            continue
-        host = f"[{address}]" if ":" in str(address) else str(address)
-        targets.append(
-            MetricsTarget(str(raylet.get("nodeId", "")), f"http://{host}:{port}/metrics")
-        )
+        url = _metrics_url(raylet.get("nodeManagerAddress"), raylet.get("metricsExportPort"))
+        if url is None:
+            continue  # no usable endpoint: that node is not scraped
+        targets.append(MetricsTarget(str(raylet.get("nodeId", "")), url))
     return targets
 
 
@@ -200,6 +272,8 @@ def parse_service_discovery(body: Any) -> list[MetricsTarget]:
         if not isinstance(addresses, list):
             continue  # one malformed group affects that group only
         for address in addresses:
-            if isinstance(address, str) and address and "/" not in address:
-                targets.append(MetricsTarget("", f"http://{address}/metrics"))
+            split = _split_address(address) if isinstance(address, str) else None
+            url = _metrics_url(*split) if split is not None else None
+            if url is not None:
+                targets.append(MetricsTarget("", url))
     return targets

@@ -61,6 +61,7 @@ class FakeRay:
         self.rate_per_s = rate_per_s
         self.external_scaler_enabled = True
         self.controller_id = "controller-1"
+        self.first_pid = 41000  # replica i runs as process first_pid + i
         # Faults of the dashboard.
         self.dashboard_down = False  # refuse: answer 503 to everything
         self.nodes_delay_s = 0.0  # the node list answers this late
@@ -166,6 +167,8 @@ class FakeRay:
                     "replica_id": f"r{i}",
                     "worker_id": f"w{i}",
                     "node_id": self.nodes[i % len(self.nodes)].node_id,
+                    "node_ip": "127.0.0.1",
+                    "pid": self.first_pid + i,
                 }
                 for i in range(self.target)
             ]
