@@ -100,6 +100,11 @@ def _local_ips(extra: Sequence[str]) -> frozenset[str]:
     found = {"127.0.0.1", "::1", *extra}
     with contextlib.suppress(OSError):
         found.update(socket.gethostbyname_ex(socket.gethostname())[2])
+    # The address of the default route's interface, as Ray picks a node's ip: a UDP
+    # "connection" only chooses the source address, it sends nothing.
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("8.8.8.8", 80))
+        found.add(probe.getsockname()[0])
     return frozenset(found)
 
 

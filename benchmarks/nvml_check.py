@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/nvml_check.py [--seconds 5]
 
-For a machine with an NVIDIA GPU (CI has none: the tests use tests/gpu/fake_pynvml.py).
+For a machine with an NVIDIA GPU (CI has none: the tests use autoscalerd/emulator/fake_nvml.py).
 Reads every GPU twice, listens for XID events for `--seconds`, and prints each reading
 and its health as autoscalerd would judge it. Exit 0 when NVML answered, 1 when it did
 not (the line says why).

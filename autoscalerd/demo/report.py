@@ -37,6 +37,9 @@ class TickRow:
     gpu_nodes: int | None
     service_rate_per_s: float | None = None  # μ per replica the decision used
     reasons: tuple[str, ...] = ()
+    # Replicas' worth of capacity lost to GPU faults, and the GPUs behind it.
+    gpu_lost_replicas: float | None = None
+    gpu_faults: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +172,9 @@ def _plot(
     load.legend(loc="upper right", fontsize=8)
 
     replicas.step(times, [_nan(r.desired_replicas) for r in rows], where="post", label="desired")
+    faults = [r.at_s for r in rows if r.gpu_lost_replicas]
+    if faults:
+        replicas.axvline(faults[0], color="red", linestyle=":", label="GPU fault (XID)")
     replicas.step(times, [_nan(r.running_replicas) for r in rows], where="post", label="running")
     replicas.step(
         times,

@@ -12,17 +12,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autoscalerd import logs
-from autoscalerd.config import Config, ConfigError, load_config
+from autoscalerd.config import Config, ConfigError, PluginConfig, load_config
+from autoscalerd.decide.gpu_health import ReplicaPlacement
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_TRACE = REPO / "data" / "traces" / "azure_llm_2023_code.csv"
@@ -70,6 +73,12 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="seconds to keep watching after the load (default: downscale delay + cold start "
         "+ actuation delay + forecast bucket)",
+    )
+    demo.add_argument(
+        "--inject-gpu-fault",
+        action="store_true",
+        help="halfway through the load, one replica's (emulated) GPU reports XID 79: the "
+        "daemon replaces the lost capacity",
     )
 
 
@@ -188,6 +197,25 @@ async def _drive(cluster: Any, the_plan: Plan, args: argparse.Namespace) -> str:
         }
     )
     deployment = f"{APP_NAME}/{_deployment_name()}"
+    gpus: EmulatedGpus | None = None
+    if args.inject_gpu_fault:
+        gpus = EmulatedGpus(
+            Path(tempfile.mkdtemp(prefix="autoscalerd-gpus-")) / "nvml.json",
+            # One per logical GPU node the local cluster can start, and one spare.
+            config.deployment(deployment).autoscaling.max_replicas + 1,
+        )
+        os.environ["AUTOSCALERD_FAKE_NVML"] = str(gpus.path)
+        config = config.model_copy(
+            update={
+                "sensors": (
+                    *config.sensors,
+                    PluginConfig(type="nvml", library="autoscalerd.emulator.fake_nvml"),
+                ),
+                # The local cluster has as many logical GPU nodes as max_replicas: the
+                # failed replica must make room, not wait for a GPU that is not there.
+                "gpu": config.gpu.model_copy(update={"replace_failed": True}),
+            }
+        )
     slo = config.deployment(deployment).slo
     ttft_slo_s = slo.ttft_s or 1.0
     sensors = registry.build_sensors(config)
@@ -228,6 +256,10 @@ async def _drive(cluster: Any, the_plan: Plan, args: argparse.Namespace) -> str:
             gpu_nodes=gpu_nodes[0],
             service_rate_per_s=decision.service_rate_per_replica_per_s if decision else None,
             reasons=tuple(r.value for r in decision.reasons) if decision else (),
+            gpu_lost_replicas=decision.gpu_lost_replicas if decision else None,
+            gpu_faults=tuple(f"{r} {why}" for r, _, _, why in decision.gpu_replicas)
+            if decision
+            else (),
         )
         rows.append(row)
         view.update(row, progress["sent"], progress["answered"])
@@ -256,9 +288,26 @@ async def _drive(cluster: Any, the_plan: Plan, args: argparse.Namespace) -> str:
                 gpu_nodes[0] = await asyncio.to_thread(cluster.gpu_nodes)
             await asyncio.sleep(2.0)
 
+    async def emulate_gpus() -> None:
+        """One emulated GPU per replica process; XID 79 on one of them halfway through."""
+        assert gpus is not None
+        fault_at = load_started + the_plan.load_s / 2
+        while True:
+            runtime = controller.deployments.get(deployment)
+            replicas = runtime.info.replicas if runtime and runtime.info else ()
+            decision = runtime.last_decision if runtime else None
+            if decision is not None and decision.gpu_replicas:
+                gpus.confirmed = True
+            gpus.update(replicas, inject=time.monotonic() >= fault_at)
+            if gpus.injected and not gpus.announced:
+                gpus.announced = True
+                view.message(f"injected XID 79 on the GPU of replica {gpus.injected}")
+            await asyncio.sleep(0.5)
+
     controller.listeners.append(on_tick)
     loop_task = asyncio.create_task(controller.run())
     nodes_task = asyncio.create_task(watch_nodes())
+    gpu_task = asyncio.create_task(emulate_gpus()) if gpus is not None else None
     try:
         result = await loadgen.run(
             f"{cluster.serve_url}{ROUTE}",
@@ -280,7 +329,11 @@ async def _drive(cluster: Any, the_plan: Plan, args: argparse.Namespace) -> str:
     finally:
         controller.stop()
         nodes_task.cancel()
-        await asyncio.gather(loop_task, nodes_task, return_exceptions=True)
+        if gpu_task is not None:
+            gpu_task.cancel()
+        await asyncio.gather(
+            loop_task, nodes_task, *([gpu_task] if gpu_task else []), return_exceptions=True
+        )
         view.close()
     summary, png, summary_path = write_report(
         args.report_dir,
@@ -296,6 +349,7 @@ async def _drive(cluster: Any, the_plan: Plan, args: argparse.Namespace) -> str:
             "rate_scale": args.rate_scale,
             "deployment": deployment,
             "emulator": EMULATOR_ARGS,
+            "gpu_fault_injected_on": gpus.injected if gpus is not None else None,
         },
     )
     s = summary
@@ -311,6 +365,66 @@ async def _drive(cluster: Any, the_plan: Plan, args: argparse.Namespace) -> str:
         f"GPU nodes peaked at {s.gpu_nodes_peak}",
     ]
     return "\n" + "\n".join(lines)
+
+
+class EmulatedGpus:
+    """The script the emulated NVML reads: a fixed set of GPUs (as a host has), each
+    replica process on a free one, and the fault: XID 79 on one replica's GPU, which is
+    then never given to another replica."""
+
+    def __init__(self, path: Path, count: int) -> None:
+        self.path = path
+        self.injected: str | None = None  # the replica whose GPU got the XID
+        self.announced = False
+        self.confirmed = False  # a decision has counted the fault
+        self._owner: list[str | None] = [None] * count
+        self._pid: dict[str, int] = {}
+        self._broken: set[int] = set()
+        self._xids: list[dict[str, Any]] = []
+        self._write()
+
+    def update(self, replicas: Sequence[ReplicaPlacement], inject: bool) -> None:
+        alive = {r.replica_id: r for r in replicas if r.pid is not None}
+        for index, owner in enumerate(self._owner):
+            if owner is not None and owner not in alive:
+                self._owner[index] = None
+        for replica in alive.values():
+            if replica.replica_id in self._owner:
+                continue
+            free = [i for i, o in enumerate(self._owner) if o is None and i not in self._broken]
+            if free:
+                self._owner[free[0]] = replica.replica_id
+                self._pid[replica.replica_id] = int(replica.pid or 0)
+        if self.injected is not None and self.injected not in alive and not self.confirmed:
+            # Serve stopped it for a scale-down before the daemon saw the XID: the fault
+            # goes to another replica.
+            self.injected = None
+            self.announced = False
+        running = [r for r in alive.values() if r.state == "RUNNING"]
+        if inject and self.injected is None and running:
+            target = running[0].replica_id
+            if target in self._owner:
+                index = self._owner.index(target)
+                self.injected = target
+                self._broken.add(index)
+                self._xids.append(
+                    {"id": len(self._xids) + 1, "gpu": f"GPU-emulated-{index}", "xid": 79}
+                )
+        self._write()
+
+    def _write(self) -> None:
+        gpus = [
+            {
+                "uuid": f"GPU-emulated-{index}",
+                "name": "emulated GPU",
+                "util": 60 if owner else 0,
+                "pids": [self._pid[owner]] if owner else [],
+            }
+            for index, owner in enumerate(self._owner)
+        ]
+        temp = self.path.with_suffix(".tmp")
+        temp.write_text(json.dumps({"gpus": gpus, "xids": self._xids}))
+        os.replace(temp, self.path)
 
 
 def _deployment_name() -> str:

@@ -70,6 +70,7 @@ class DemoView:
             f"e2e_p99={_fmt(row.e2e_p99_s, '.2f', 's')} "
             f"gpu_nodes={_fmt(row.gpu_nodes, 'd')} sent={self.sent} answered={self.answered} "
             f"reasons={','.join(row.reasons) or '-'}"
+            + (f" gpu_faults={';'.join(row.gpu_faults)}" if row.gpu_faults else "")
         )
 
     def _table(self, row: TickRow | None) -> Table:
@@ -104,5 +105,11 @@ class DemoView:
             "e2e p99", _fmt(row.e2e_p99_s, ".2f", " s"), slo(row.e2e_p99_s, self.e2e_slo_s)
         )
         table.add_row("GPU nodes", _fmt(row.gpu_nodes, "d"), "logical, Ray autoscaler")
+        if row.gpu_lost_replicas is not None:
+            table.add_row(
+                "capacity lost to GPU faults",
+                _fmt(row.gpu_lost_replicas, ".1f", " replicas"),
+                "; ".join(row.gpu_faults) or "all GPUs healthy",
+            )
         table.add_row("requests sent / answered", f"{self.sent} / {self.answered}", "open loop")
         return table

@@ -278,10 +278,19 @@ class RayServeSensor:
     def _ingest(self, state: ServeState, answers: Mapping[str, tuple[float, str] | str]) -> None:
         attribution = sm.Attribution(state)
         failures: list[str] = []
+        # Failed endpoints of nodes that run none of the replicas: a node the Ray
+        # autoscaler is removing. What it did not say hid no Serve traffic, so the round
+        # is not partial for it (the head's and extra endpoints always count).
+        harmless = 0
         latest_s: float | None = None
+        serving_nodes = {n for dep in state.deployments.values() for n in dep.node_ids}
+        node_of = {t.url: t.node_id for t in self._targets}
         for url, answer in answers.items():
             if isinstance(answer, str):
                 failures.append(answer)
+                node = node_of.get(url, "")
+                if node and node not in serving_nodes and not self._head_like(url):
+                    harmless += 1
                 self._book.forget_gauges(url)  # its last values are not what runs now
                 self._gpus.pop(url, None)
                 continue
@@ -316,8 +325,8 @@ class RayServeSensor:
             # then start again from their values, and the window records the hole.
             self._book.end_round(
                 latest_s if latest_s is not None else self._wall(),
-                endpoints=len(answers),
-                failed=len(failures),
+                endpoints=len(answers) - harmless,
+                failed=len(failures) - harmless,
             )
         if failures:
             # A failed endpoint may be a node that just left: look again next round.
@@ -334,6 +343,12 @@ class RayServeSensor:
         )
         # A total failure is SenseResult.error; a partial one only reaches the log.
         self._report("metrics", "" if self._metrics_error else partial)
+
+    def _head_like(self, url: str) -> bool:
+        """The dashboard's own host: the head, where Serve's proxy and controller run."""
+        from urllib.parse import urlsplit
+
+        return urlsplit(url).hostname == urlsplit(self._cluster.dashboard_url).hostname
 
     def _report(self, what: str, error: str) -> None:
         """Log a problem when it starts or changes, and its end once: not every round."""

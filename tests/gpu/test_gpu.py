@@ -23,7 +23,7 @@ from tests.daemon import Daemon, free_port
 from tests.faults.fake_ray import NAME, FakeRay
 from tests.helpers import REPO
 
-FAKE = "tests.gpu.fake_pynvml"
+FAKE = "autoscalerd.emulator.fake_nvml"
 
 
 def gpu(**changes: Any) -> GpuReading:

@@ -5,6 +5,7 @@ Pure (no cluster): the series below are copied from a Ray 2.60 node's metrics po
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -292,3 +293,31 @@ def test_serve_api_shapes() -> None:
     }
     [target] = parse_metrics_targets(nodes)
     assert target.url == "http://10.0.0.1:43547/metrics" and target.node_id == "n1"
+
+
+def test_a_drained_node_going_away_is_not_partial_but_a_serving_one_is() -> None:
+    from autoscalerd.config import Config
+    from autoscalerd.sense.ray_serve import RayServeSensor
+    from autoscalerd.sense.serve_api import MetricsTarget
+
+    sensor = RayServeSensor({}, Config(), wall_clock=lambda: 100.0)
+    head = "http://127.0.0.1:8080/metrics"
+    serving = "http://192.0.2.7:8080/metrics"
+    drained = "http://192.0.2.9:8080/metrics"
+    sensor._targets = [
+        MetricsTarget("head", head),
+        MetricsTarget("n7", serving),
+        MetricsTarget("n9", drained),
+    ]
+    state = ServeState(
+        {
+            "llm/LlmReplica": dataclasses.replace(
+                STATE.deployments["llm/LlmReplica"], node_ids=frozenset({"n7"})
+            )
+        }
+    )
+    text = ray_text(10, 5, 5)
+    sensor._ingest(state, {head: (100.0, text), serving: (100.0, text), drained: "HTTP 500"})
+    assert sensor._book.coverage_ratio(1.0) == 1.0
+    sensor._ingest(state, {head: (101.0, text), serving: "HTTP 500", drained: "HTTP 500"})
+    assert sensor._book.coverage_ratio(0.5) == 0.5

@@ -1,7 +1,9 @@
-"""A pynvml-compatible fake for the nvml sensor's tests: the GPUs, their readings and the
-XID events come from a JSON script named by $AUTOSCALERD_FAKE_NVML, re-read on every
-call, so that a test (or another process) changes what the "driver" says while the
-sensor runs. Only what the sensor calls is here.
+"""Emulated GPUs behind a pynvml-compatible module, for `autoscalerd demo
+--inject-gpu-fault` and the tests (the nvml sensor's `library:` setting points at it).
+
+The GPUs, their readings and the XID events come from a JSON script named by
+$AUTOSCALERD_FAKE_NVML, re-read on every call, so that the demo or a test changes what
+the "driver" says while the sensor runs. Only what the sensor calls is here.
 
 Script: {"gpus": [{"uuid", "name", "util", "mem_util", "mem_used", "mem_total",
 "power_mw", "limit_mw", "temp", "clock", "clock_max", "reasons", "dbe",
