@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo replay test lint lock clean
+.PHONY: venv demo replay test lint tools lock clean
 
 venv: $(VENV)/.installed
 
@@ -24,7 +24,23 @@ lint: venv
 	$(BIN)/ruff format --check autoscalerd plugins tests benchmarks
 	$(BIN)/mypy
 
-test: lint
+# promtool, which the alert and dashboard tests run: Debian's prometheus package, when
+# promtool is not on PATH. The tests need only promtool: where systemd started the
+# package's server (on :9090), it is stopped and disabled again.
+tools:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" -ne 0 ]; then \
+	    echo "make tools: promtool is not on PATH; run sudo make tools (installs the Debian package prometheus) or put promtool on PATH" >&2; \
+	    exit 1; \
+	  fi; \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus && \
+	  if [ -d /run/systemd/system ] && systemctl is-active --quiet prometheus; then \
+	    systemctl disable --now --quiet prometheus; \
+	  fi; \
+	}
+
+test: lint tools
 	$(BIN)/pytest
 
 lock:
