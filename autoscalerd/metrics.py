@@ -132,6 +132,18 @@ class Metrics:
             ["actuator", *_DEPLOYMENT],
             registry=r,
         )
+        self.burn_rate = Gauge(
+            "autoscalerd_slo_burn_rate",
+            "The SLO error budget's burn rate over the guard's windows (1: on budget)",
+            [*_DEPLOYMENT, "window"],
+            registry=r,
+        )
+        self.max_replicas = Gauge(
+            "autoscalerd_max_replicas",
+            "The deployment's max_replicas, as configured",
+            _DEPLOYMENT,
+            registry=r,
+        )
         self.gpus = Gauge(
             "autoscalerd_gpus",
             "GPUs attributed to the deployment's replicas, by health",
@@ -281,6 +293,9 @@ class Metrics:
             _set(self.forecast_rate, (*key, unit, "upper"), decision.arrival_rate_upper_per_s)
             _set(self.service_rate, (*key, unit), decision.service_rate_per_replica_per_s)
             self.desired_replicas.labels(*key).set(decision.target_replicas)
+            _set(self.burn_rate, (*key, "fast"), decision.burn_rate_fast)
+            _set(self.burn_rate, (*key, "slow"), decision.burn_rate_slow)
+        self.max_replicas.labels(*key).set(runtime.config.autoscaling.max_replicas)
         obs: Observation | None = runtime.last_observation
         running = obs.running_replicas if obs is not None else None
         if running is not None:
