@@ -85,14 +85,24 @@ def parse(text: str, families: Iterable[str]) -> list[Sample]:
             raise MetricsParseError(f"line {number}: not an exposition line")
     try:
         parsed = list(text_string_to_metric_families("\n".join(kept) + "\n"))
-    except (ValueError, TypeError, IndexError) as exc:
+    # OverflowError: a timestamp of hundreds of digits, which the parser divides by 1000.
+    except (ValueError, TypeError, IndexError, OverflowError) as exc:
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise MetricsParseError(first_line) from None
     samples: list[Sample] = []
     for family in parsed:
         for item in family.samples:
-            samples.append(Sample(item.name, item.labels, float(item.value)))
+            samples.append(Sample(item.name, item.labels, _float(item.value)))
     return samples
+
+
+def _float(value: float) -> float:
+    """A sample's value as a float. The parser reads integers as ints, and one beyond
+    float's range is ±Inf, which the readers below take as unknown."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def label_key(labels: Mapping[str, str], drop: Iterable[str] = ()) -> Labels:
@@ -196,24 +206,49 @@ class Accumulator:
 
 
 class HistogramAccumulator:
-    """Bucket increments summed over series, with history, for quantiles over a window."""
+    """Bucket increments summed over series, with history, for quantiles over a window.
+
+    A bound that no series has added to since before the oldest mark kept is forgotten:
+    bucket layouts change (another exporter version, an endpoint that mints a new bound
+    every scrape), and a bound that stayed empty for the whole history only bends the
+    interpolation between its neighbours while every mark copies it.
+    """
 
     def __init__(self, keep_s: float) -> None:
         self.keep_s = keep_s
         self._bounds: list[float] = []
         self._totals: dict[float, float] = {}
         self._history: deque[tuple[float, dict[float, float]]] = deque()
+        self._added: set[float] = set()  # bounds added to since the last mark
+        self._last_mark_s: dict[float, float] = {}  # bound -> the mark after its last add
 
     def add(self, upper_bound: float, amount: float) -> None:
         if upper_bound not in self._totals:
             bisect.insort(self._bounds, upper_bound)
             self._totals[upper_bound] = 0.0
         self._totals[upper_bound] += amount
+        self._added.add(upper_bound)
 
     def mark(self, at_s: float) -> None:
+        for bound in self._added:
+            self._last_mark_s[bound] = at_s
+        self._added.clear()
         self._history.append((at_s, dict(self._totals)))
         while len(self._history) > 2 and self._history[1][0] <= at_s - self.keep_s:
             self._history.popleft()
+        self._forget_unused()
+
+    def _forget_unused(self) -> None:
+        oldest_s = self._history[0][0]
+        unused = [bound for bound, marked_s in self._last_mark_s.items() if marked_s < oldest_s]
+        if not unused:
+            return
+        for bound in unused:
+            del self._last_mark_s[bound], self._totals[bound]
+            # Gone from every mark too: if the bound comes back, it counts from zero.
+            for _, totals in self._history:
+                totals.pop(bound, None)
+        self._bounds = [bound for bound in self._bounds if bound in self._totals]
 
     def rebase(self, at_s: float) -> None:
         self._history.clear()
@@ -226,9 +261,10 @@ class HistogramAccumulator:
 
     def increase(self, window_s: float) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
         """(finite upper bounds, observations per bucket with +Inf last) added in about
-        the last `window_s`, not cumulative; None before two rounds or without a +Inf."""
+        the last `window_s`, not cumulative; None before two rounds, without a +Inf, or
+        with nothing but the +Inf (which says nothing of where observations lie)."""
         buckets = self._cumulative(window_s)
-        if not buckets or not math.isinf(buckets[-1][0]):
+        if not buckets or len(buckets) < 2 or not math.isinf(buckets[-1][0]):
             return None
         counts: list[float] = []
         below = 0.0
