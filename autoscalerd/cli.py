@@ -1,4 +1,5 @@
-"""Command line: run | check-config | backtest | demo | version.
+"""Command line: run | check-config | backtest | demo | version, and the operator's
+status | explain | pause | resume | override (operator_cli.py, against the HTTP API).
 
 Exit codes: 0 ok, 1 runtime failure, 2 bad usage or bad config. Errors are one line on
 stderr; a traceback is shown only with AUTOSCALERD_DEBUG=1.
@@ -16,7 +17,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from autoscalerd import __version__, logs
+from autoscalerd import __version__, logs, operator_cli
 from autoscalerd.config import Config, ConfigError, HttpConfig, load_config
 from autoscalerd.demo import run as demo_cli
 from autoscalerd.sim import cli as backtest_cli
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     backtest_cli.add_parser(sub)
     demo_cli.add_parser(sub)
+    operator_cli.add_parsers(sub)
     return parser
 
 
@@ -92,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(backtest_cli.run(args))
         if args.command == "demo":
             return demo_cli.run(args)
+        if args.command in operator_cli.COMMANDS:
+            return operator_cli.run(args)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except ConfigError as exc:

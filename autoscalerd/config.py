@@ -220,6 +220,10 @@ class HttpConfig(_Model):
     token_env: str = "AUTOSCALERD_TOKEN"
     # The same token for GET /v1/... and /metrics too; /healthz and /readyz stay open.
     require_token_for_reads: bool = False
+    # Who the audit trail names for a pause, resume or override whose body gives no "by".
+    token_label: str = Field("token", min_length=1, max_length=64)
+    # How long an override without ttl_s lasts: a forgotten pin must not outlive the day.
+    override_default_ttl_s: float = Field(3600.0, gt=0, le=7 * 24 * 3600.0)
 
     @field_validator("addr")
     @classmethod

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from autoscalerd import logs
+from autoscalerd import audit, logs
 from autoscalerd import state as saved_state
 from autoscalerd.act.base import Actuation, ActuationResult, Actuator
 from autoscalerd.clock import Clock
@@ -43,8 +43,12 @@ class DeploymentRuntime:
     last_decision: Decision | None = None
     last_error: str | None = None
     paused: bool = False
+    paused_until_s: float | None = None  # None: until resume
     override_replicas: int | None = None
     override_until_s: float | None = None
+    # The pause or override in force (who, why, since, until), and the last actions.
+    operator_action: audit.OperatorAction | None = None
+    operator_history: tuple[audit.OperatorAction, ...] = ()
     refit_in_flight: bool = False
     applied_replicas: int | None = None  # the last target an actuator confirmed
     decide_failures: int = 0  # consecutive ticks whose decision raised
@@ -182,9 +186,12 @@ class Controller:
                 saved_at_s=now_s,
                 state=runtime.state,
                 paused=runtime.paused,
+                paused_until_s=runtime.paused_until_s,
                 override_replicas=runtime.override_replicas,
                 override_until_s=runtime.override_until_s,
                 applied_replicas=runtime.applied_replicas,
+                operator_action=runtime.operator_action,
+                operator_history=runtime.operator_history,
             )
         return out
 
@@ -515,9 +522,12 @@ class Controller:
                 config=cfg,
                 state=restored,
                 paused=saved.paused,
+                paused_until_s=saved.paused_until_s,
                 override_replicas=saved.override_replicas,
                 override_until_s=saved.override_until_s,
                 applied_replicas=saved.applied_replicas,
+                operator_action=saved.operator_action,
+                operator_history=saved.operator_history[-audit.HISTORY_KEPT :],
             )
             self._log.info(
                 "state_restored",
@@ -566,15 +576,13 @@ class Controller:
         self, runtime: DeploymentRuntime, decision: Decision, now_s: float
     ) -> Decision:
         """Pause and override are the operator's; they sit on top of the policy's decision."""
+        self._expire_operator(runtime, now_s)
         if runtime.override_replicas is not None:
-            if runtime.override_until_s is not None and now_s >= runtime.override_until_s:
-                runtime.override_replicas = runtime.override_until_s = None
-            else:
-                target = runtime.override_replicas
-                runtime.state = runtime.state.with_(target_replicas=target)
-                return replace(
-                    decision, target_replicas=target, reasons=(*decision.reasons, Reason.OVERRIDE)
-                )
+            target = runtime.override_replicas
+            runtime.state = runtime.state.with_(target_replicas=target)
+            return replace(
+                decision, target_replicas=target, reasons=(*decision.reasons, Reason.OVERRIDE)
+            )
         if runtime.paused:
             # Hold what is running; the policy keeps learning (rates, forecast) meanwhile.
             runtime.state = runtime.state.with_(target_replicas=decision.previous_replicas)
@@ -584,6 +592,30 @@ class Controller:
                 reasons=(*decision.reasons, Reason.PAUSED),
             )
         return decision
+
+    def _expire_operator(self, runtime: DeploymentRuntime, now_s: float) -> None:
+        """A pause or override whose until_s has passed on the daemon's clock ends here, in
+        the tick, so that it ends on time whether or not anyone is looking; the trail gets
+        an "expire" entry and the log a line."""
+        ended = []
+        until_s = runtime.override_until_s
+        if runtime.override_replicas is not None and until_s is not None and now_s >= until_s:
+            runtime.override_replicas = runtime.override_until_s = None
+            ended.append("override")
+        until_s = runtime.paused_until_s
+        if runtime.paused and until_s is not None and now_s >= until_s:
+            runtime.paused, runtime.paused_until_s = False, None
+            ended.append("pause")
+        if not ended:
+            return
+        previous = runtime.operator_action
+        reason = " and ".join(ended) + " reached its until_s"
+        if previous is not None:
+            reason += f" (set by {previous.by}: {previous.reason})"
+        record = audit.OperatorAction("expire", audit.EXPIRY_BY, reason[:300], now_s)
+        runtime.operator_action = None
+        runtime.operator_history = audit.appended(runtime.operator_history, record)
+        runtime.log.info("operator_expired", ended=ended, by=record.by, reason=record.reason)
 
     def _maybe_refit(self, runtime: DeploymentRuntime, now_s: float) -> None:
         cfg = runtime.config

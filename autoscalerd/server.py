@@ -5,13 +5,19 @@
     GET  /readyz                               200 once ticking on fresh inputs, else 503
     GET  /v1/status                            every deployment: config, inputs, decision
     GET  /v1/decisions?deployment=&limit=&changed=   recent decisions (bounded ring)
-    POST /v1/deployments/{name}/pause          hold the current target
-    POST /v1/deployments/{name}/resume         end a pause or an override
-    POST /v1/deployments/{name}/override       {"replicas": N, "ttl_s": T}
+    POST /v1/deployments/{name}/pause          {"reason": R, "by": B, "ttl_s": T}: hold the target
+    POST /v1/deployments/{name}/resume         {"reason": R, "by": B}: end a pause or override
+    POST /v1/deployments/{name}/override       {"replicas": N, "reason": R, "by": B, "ttl_s": T}
 
 Deployment names contain a slash ("app/deployment"); the name is everything between
 `/v1/deployments/` and the action, so `/v1/deployments/llm/chat/pause` pauses "llm/chat".
 A percent-encoded slash (`llm%2Fchat`) works too.
+
+Every pause, resume and override is recorded: who (the body's "by", else http.token_label),
+why (the body's "reason", required), when, and until when (an override without ttl_s
+ends after http.override_default_ttl_s; a pause without one lasts until resume). The
+newest instruction wins: a pause ends an override and an override ends a pause. The record
+is logged, shown in /v1/status and saved with the state.
 
 The POST endpoints change what the daemon does, so they take `Authorization: Bearer
 <token>` (http.token, else the environment variable named by http.token_env): 401
@@ -36,6 +42,7 @@ import logging
 import math
 import os
 import time
+import unicodedata
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -43,7 +50,8 @@ from typing import Any
 
 from aiohttp import http_exceptions, web
 
-from autoscalerd import __version__, logs
+from autoscalerd import __version__, audit, logs
+from autoscalerd.audit import OperatorAction
 from autoscalerd.loop import Controller, DeploymentRuntime, TickReport
 from autoscalerd.metrics import Metrics
 from autoscalerd.model import Decision, Reason
@@ -55,8 +63,18 @@ DEFAULT_DECISIONS_LIMIT = 100
 # /healthz allows 3 tick periods, but never less than this much wall time: scheduler jitter
 # on a busy host must not flap health when a replay runs many ticks per second.
 MIN_HEALTH_WINDOW_S = 1.0
-# An override lasts at most a week; without ttl_s it lasts until resume.
+# A pause or an override lasts at most a week; an override without ttl_s lasts
+# http.override_default_ttl_s, a pause without one until resume.
 MAX_OVERRIDE_TTL_S = 7 * 24 * 3600.0
+# An operator's name and reason: one line each, short enough for a log line and a table.
+MAX_BY_CHARS = 64
+MAX_REASON_CHARS = 300
+OVERRIDE_EXAMPLE = '{"replicas": 4, "ttl_s": 600, "reason": "load test"}'
+EXAMPLES = {
+    "pause": '{"reason": "incident 4711: hold during the failover", "ttl_s": 1800}',
+    "resume": '{"reason": "failover done"}',
+    "override": OVERRIDE_EXAMPLE,
+}
 # Time given to open connections at shutdown.
 SHUTDOWN_TIMEOUT_S = 1.0
 # The largest request body read: an override is a few dozen bytes.
@@ -368,6 +386,9 @@ def _deployment_status(runtime: DeploymentRuntime, now_s: float) -> dict[str, An
         "config": cfg.model_dump(mode="json"),
         "paused": runtime.paused,
         "override": _override(runtime, now_s),
+        # The pause or override in force: who, why, since, until; and the last actions.
+        "operator": _operator(runtime, now_s),
+        "operator_history": [action.as_dict() for action in runtime.operator_history],
         "target_replicas": runtime.state.target_replicas,
         "applied_replicas": runtime.applied_replicas,
         "last_error": runtime.last_error,
@@ -418,6 +439,29 @@ def _override(runtime: DeploymentRuntime, now_s: float) -> dict[str, Any] | None
     }
 
 
+def _operator(runtime: DeploymentRuntime, now_s: float) -> dict[str, Any] | None:
+    """The pause or override in force with its record; by and reason are null for one
+    restored from a state file written before they were kept."""
+    if runtime.override_replicas is not None:
+        kind, until_s = "override", runtime.override_until_s
+    elif runtime.paused:
+        kind, until_s = "pause", runtime.paused_until_s
+    else:
+        return None
+    record = runtime.operator_action
+    if record is not None and record.action != kind:
+        record = None
+    return {
+        "action": kind,
+        "replicas": runtime.override_replicas,
+        "by": record.by if record else None,
+        "reason": record.reason if record else None,
+        "since_s": record.at_s if record else None,
+        "until_s": until_s,
+        "remaining_s": None if until_s is None else max(0.0, until_s - now_s),
+    }
+
+
 async def get_decisions(request: web.Request) -> web.Response:
     query = request.rel_url.query
     unknown = sorted(set(query) - {"deployment", "limit", "changed"})
@@ -446,40 +490,59 @@ async def get_decisions(request: web.Request) -> web.Response:
 
 async def post_pause(request: web.Request) -> web.Response:
     runtime = _authorized_runtime(request)
-    runtime.paused = True
-    return _operator_changed(request, runtime, "operator_pause")
+    asked = parse_operator(await _optional_body(request, EXAMPLES["pause"]), "pause")
+    now_s = request.app[CONTROLLER].clock.now_s()
+    until_s = None if asked.ttl_s is None else now_s + asked.ttl_s
+    runtime.paused, runtime.paused_until_s = True, until_s
+    runtime.override_replicas = runtime.override_until_s = None  # the newest instruction wins
+    return _operator_changed(request, runtime, "pause", asked, now_s, until_s)
 
 
 async def post_resume(request: web.Request) -> web.Response:
     runtime = _authorized_runtime(request)
-    runtime.paused = False
+    asked = parse_operator(await _optional_body(request, EXAMPLES["resume"]), "resume")
+    now_s = request.app[CONTROLLER].clock.now_s()
+    runtime.paused, runtime.paused_until_s = False, None
     runtime.override_replicas = runtime.override_until_s = None
-    return _operator_changed(request, runtime, "operator_resume")
+    return _operator_changed(request, runtime, "resume", asked, now_s, None)
 
 
 async def post_override(request: web.Request) -> web.Response:
     runtime = _authorized_runtime(request)
-    replicas, ttl_s = parse_override(json_body(await request.read()))  # 413 past the limit
+    body = json_body(await request.read(), OVERRIDE_EXAMPLE)  # 413 past the limit
+    replicas, ttl_s = parse_override(body)
+    asked = parse_operator(body, "override")
+    controller = request.app[CONTROLLER]
     bounds = runtime.config.autoscaling
     runtime.override_replicas = min(max(replicas, bounds.min_replicas), bounds.max_replicas)
-    now_s = request.app[CONTROLLER].clock.now_s()
-    runtime.override_until_s = None if ttl_s is None else now_s + ttl_s
-    return _operator_changed(request, runtime, "operator_override", requested=replicas)
+    now_s = controller.clock.now_s()
+    if ttl_s is None:
+        ttl_s = controller.config.http.override_default_ttl_s
+    until_s = now_s + ttl_s
+    runtime.override_until_s = until_s
+    runtime.paused, runtime.paused_until_s = False, None  # the newest instruction wins
+    return _operator_changed(request, runtime, "override", asked, now_s, until_s, replicas)
 
 
 def parse_override(body: dict[str, Any]) -> tuple[int, float | None]:
-    """(replicas, ttl_s) from an override's JSON object; ApiError (400) for anything else."""
-    unknown = sorted(set(body) - {"replicas", "ttl_s"})
+    """(replicas, ttl_s) from an override's JSON object; ApiError (400) for anything else.
+    Its by and reason are parse_operator's."""
+    unknown = sorted(set(body) - set(OPERATOR_FIELDS["override"]))
     if unknown:
-        raise ApiError(400, f"unknown field {unknown[0]!r}; an override takes replicas, ttl_s")
+        raise ApiError(
+            400, f"unknown field {unknown[0]!r}; an override takes replicas, ttl_s, reason, by"
+        )
     if "replicas" not in body:
-        raise ApiError(400, 'replicas: required, e.g. {"replicas": 4, "ttl_s": 600}')
+        raise ApiError(400, f"replicas: required, e.g. {OVERRIDE_EXAMPLE}")
     replicas = body["replicas"]
     if isinstance(replicas, bool) or not isinstance(replicas, int):
         raise ApiError(400, f"replicas: must be an integer, got {_shown(replicas)}")
     if replicas < 0:
         raise ApiError(400, f"replicas: must be >= 0, got {_shown(replicas)}")
-    ttl_s = body.get("ttl_s")
+    return replicas, _ttl_s(body.get("ttl_s"))
+
+
+def _ttl_s(ttl_s: Any) -> float | None:
     # The range alone refuses NaN and infinity; math.isfinite would overflow on a huge int.
     if ttl_s is not None and (
         isinstance(ttl_s, bool)
@@ -489,7 +552,56 @@ def parse_override(body: dict[str, Any]) -> tuple[int, float | None]:
         raise ApiError(
             400, f"ttl_s: must be a number of seconds in (0, {MAX_OVERRIDE_TTL_S:.0f}] or null"
         )
-    return replicas, None if ttl_s is None else float(ttl_s)
+    return None if ttl_s is None else float(ttl_s)
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorRequest:
+    """Who asks, why, and for how long (seconds on the daemon's clock; None: the default)."""
+
+    by: str | None
+    reason: str
+    ttl_s: float | None
+
+
+OPERATOR_FIELDS = {
+    "pause": ("reason", "by", "ttl_s"),
+    "resume": ("reason", "by"),
+    "override": ("replicas", "ttl_s", "reason", "by"),
+}
+
+
+def parse_operator(body: dict[str, Any], action: str) -> OperatorRequest:
+    """The by, reason and ttl_s of a pause, resume or override body; ApiError (400) for a
+    missing reason, an unknown field or a value that is not one short line."""
+    allowed = OPERATOR_FIELDS[action]
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise ApiError(400, f"unknown field {unknown[0]!r}; {action} takes {', '.join(allowed)}")
+    reason = _line(body, "reason", MAX_REASON_CHARS)
+    if reason is None:
+        raise ApiError(400, f"reason: required; say why in the body, e.g. {EXAMPLES[action]}")
+    return OperatorRequest(
+        by=_line(body, "by", MAX_BY_CHARS),
+        reason=reason,
+        ttl_s=_ttl_s(body.get("ttl_s")) if "ttl_s" in allowed else None,
+    )
+
+
+def _line(body: dict[str, Any], name: str, max_chars: int) -> str | None:
+    """A body's text field as one trimmed line; None when absent, null or blank."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ApiError(400, f"{name}: must be a string, got {_shown(value)}")
+    text = value.strip()
+    if len(text) > max_chars:
+        raise ApiError(400, f"{name}: at most {max_chars} characters, got {len(text)}")
+    # Control characters would break the log's lines; lone surrogates its encoding.
+    if any(unicodedata.category(char) in ("Cc", "Cs") for char in text):
+        raise ApiError(400, f"{name}: must be one line of printable text")
+    return text or None
 
 
 def _shown(value: Any) -> str:
@@ -571,7 +683,13 @@ def _runtime(controller: Controller, name: str) -> DeploymentRuntime:
     return runtime
 
 
-def json_body(raw: bytes) -> dict[str, Any]:
+async def _optional_body(request: web.Request, example: str) -> dict[str, Any]:
+    """A body that may be empty (then {}), else a JSON object."""
+    raw = await request.read()  # 413 past the limit
+    return json_body(raw, example) if raw.strip() else {}
+
+
+def json_body(raw: bytes, example: str = OVERRIDE_EXAMPLE) -> dict[str, Any]:
     """A request body as a JSON object; ApiError (400) for any other bytes."""
     try:
         text = raw.decode("utf-8")
@@ -585,34 +703,59 @@ def json_body(raw: bytes) -> dict[str, Any]:
         raise ApiError(400, f"body: malformed JSON ({exc.msg} at char {exc.pos})") from None
     except RecursionError:
         raise ApiError(
-            400, 'body: JSON nested too deeply; send {"replicas": N, "ttl_s": T}', rejected=True
+            400, f"body: JSON nested too deeply; send one object, e.g. {example}", rejected=True
         ) from None
     except ValueError:  # an integer of more digits than Python converts
         raise ApiError(
             400, "body: a number too long to be a replica count", rejected=True
         ) from None
     if not isinstance(body, dict):
-        raise ApiError(400, 'body: must be a JSON object, e.g. {"replicas": 4, "ttl_s": 600}')
+        raise ApiError(400, f"body: must be a JSON object, e.g. {example}")
     return body
 
 
 def _operator_changed(
-    request: web.Request, runtime: DeploymentRuntime, event: str, **extra: Any
+    request: web.Request,
+    runtime: DeploymentRuntime,
+    action: str,
+    asked: OperatorRequest,
+    now_s: float,
+    until_s: float | None,
+    requested: int | None = None,
 ) -> web.Response:
+    """Record a pause, resume or override in the trail and the log, and have it saved."""
     controller = request.app[CONTROLLER]
-    override = _override(runtime, controller.clock.now_s())
+    secrets = _secrets(controller)  # a token pasted into a reason is not kept
+    record = OperatorAction(
+        action=action,
+        by=_redacted(asked.by or controller.config.http.token_label, secrets),
+        reason=_redacted(asked.reason, secrets),
+        at_s=now_s,
+        until_s=until_s,
+        replicas=runtime.override_replicas if action == "override" else None,
+    )
+    runtime.operator_action = record if action != "resume" else None
+    runtime.operator_history = audit.appended(runtime.operator_history, record)
+    extra = {} if requested is None else {"replicas": record.replicas, "requested": requested}
     logs.get("autoscalerd.server").info(
-        event,
+        f"operator_{action}",
         deployment=runtime.name,
-        paused=runtime.paused,
-        override=override,
+        by=record.by,
+        reason=record.reason,
+        until_s=until_s,
         peer=request.remote,
         **extra,
     )
     keeper = request.app.get(STATE_KEEPER)
     if keeper is not None:
         keeper.request_save()
-    body = {"deployment": runtime.name, "paused": runtime.paused, "override": override}
+    body = {
+        "deployment": runtime.name,
+        "paused": runtime.paused,
+        "override": _override(runtime, now_s),
+        "operator": _operator(runtime, now_s),
+        "recorded": record.as_dict(),
+    }
     return _json(body)
 
 

@@ -9,14 +9,14 @@ without it.
 
 Restoring keeps what took time to learn: the forecaster (history, fitted model, errors),
 the learned replica model, the rate and recommendation windows, the cooldown and
-scale-to-zero timers, the last target and the operator's pause or override. One thing is
-never kept: `fresh_since_s`, the start of the current run of fresh data, which is what
-allows a scale-down (decide() blocks scale-down until it is a full downscale_delay_s old).
-However brief the downtime, the platform may have been scaled meanwhile (by another
-controller, an operator, a head restart), and the saved windows describe the world before
-that: a restored state never lowers the platform's count before a full downscale window of
-fresh data, exactly as without a state file. The platform's current target, when read,
-wins over the saved one.
+scale-to-zero timers, the last target, and the operator's pause or override with its audit
+trail (who, why, since, until). One thing is never kept: `fresh_since_s`, the start of the
+current run of fresh data, which is what allows a scale-down (decide() blocks scale-down
+until it is a full downscale_delay_s old). However brief the downtime, the platform may
+have been scaled meanwhile (by another controller, an operator, a head restart), and the
+saved windows describe the world before that: a restored state never lowers the platform's
+count before a full downscale window of fresh data, exactly as without a state file. The
+platform's current target, when read, wins over the saved one.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from autoscalerd import codec, logs
+from autoscalerd.audit import OperatorAction
 from autoscalerd.config import Config, DeploymentConfig, StateConfig
 from autoscalerd.model import DeploymentState
 
@@ -63,6 +64,10 @@ class SavedDeployment:
     override_replicas: int | None = None
     override_until_s: float | None = None
     applied_replicas: int | None = None  # the last target an actuator confirmed
+    # Added within format 2, with defaults, so that files written before still load.
+    paused_until_s: float | None = None
+    operator_action: OperatorAction | None = None  # who set the pause or override, and why
+    operator_history: tuple[OperatorAction, ...] = ()  # the last actions, oldest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +192,13 @@ def _check_ranges(saved: SavedDeployment, where: str) -> None:
         value = getattr(saved, name)
         if value is not None and not 0 <= value <= _MAX_COUNT:
             raise StateError(f"{where}.{name}: out of range")
+    actions = [("operator_action", saved.operator_action)] + [
+        (f"operator_history[{i}]", action) for i, action in enumerate(saved.operator_history)
+    ]
+    for path, action in actions:
+        replicas = action.replicas if action is not None else None
+        if replicas is not None and not 0 <= replicas <= _MAX_COUNT:
+            raise StateError(f"{where}.{path}.replicas: out of range")
 
 
 def write_atomic(path: Path, text: str) -> None:

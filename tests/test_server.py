@@ -3,6 +3,7 @@ Controller fed by a sensor that reports a fixed rate: every error path, quickly.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -10,7 +11,9 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from structlog.testing import capture_logs
 
+from autoscalerd import server, state
 from autoscalerd.clock import VirtualClock
 from autoscalerd.config import Config
 from autoscalerd.loop import Controller
@@ -22,6 +25,7 @@ from autoscalerd.server import HealthRule, create_app
 TOKEN = "t0ken-for-tests"
 NAME = "llm/chat"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+WHY = '{"reason": "tests"}'
 
 
 class RateSensor:
@@ -135,7 +139,7 @@ async def test_bearer_token_rules(
     api: Api, headers: dict[str, str], status: int, message: str | None
 ) -> None:
     await api.tick()
-    got, body = await api.call("POST", f"/v1/deployments/{NAME}/pause", headers=headers)
+    got, body = await api.call("POST", f"/v1/deployments/{NAME}/pause", WHY, headers)
     assert got == status, body
     if message:
         assert message in body["error"]
@@ -155,7 +159,7 @@ async def test_token_from_the_named_environment_variable(monkeypatch: pytest.Mon
     monkeypatch.setenv("AUTOSCALERD_TEST_UNSET_TOKEN", TOKEN)
     async for api in make_api(config()):
         await api.tick()
-        status, _ = await api.call("POST", f"/v1/deployments/{NAME}/pause", headers=AUTH)
+        status, _ = await api.call("POST", f"/v1/deployments/{NAME}/pause", WHY, AUTH)
         assert status == 200
 
 
@@ -191,7 +195,10 @@ async def test_bad_override_bodies_are_400_with_a_reason(api: Api, body: str, me
 async def test_override_is_clipped_applied_and_expires(api: Api) -> None:
     await api.tick()
     status, body = await api.call(
-        "POST", f"/v1/deployments/{NAME}/override", '{"replicas": 50, "ttl_s": 3}', AUTH
+        "POST",
+        f"/v1/deployments/{NAME}/override",
+        '{"replicas": 50, "ttl_s": 3, "reason": "tests"}',
+        AUTH,
     )
     assert status == 200 and body["override"]["replicas"] == 6  # clipped to max_replicas
     await api.tick()
@@ -204,17 +211,20 @@ async def test_override_is_clipped_applied_and_expires(api: Api) -> None:
     assert runtime.last_decision is not None
     assert "override" not in [r.value for r in runtime.last_decision.reasons]
     status, body = await api.call(
-        "POST", f"/v1/deployments/{NAME}/override", '{"replicas": 0}', AUTH
+        "POST", f"/v1/deployments/{NAME}/override", '{"replicas": 0, "reason": "tests"}', AUTH
     )
-    assert body["override"] == {"replicas": 2, "until_s": None, "remaining_s": None}
-    status, body = await api.call("POST", f"/v1/deployments/{NAME}/resume", headers=AUTH)
-    assert status == 200 and body == {"deployment": NAME, "paused": False, "override": None}
+    # Clipped to min_replicas; without ttl_s it ends after http.override_default_ttl_s.
+    assert body["override"] == {"replicas": 2, "until_s": api.now_s + 3600, "remaining_s": 3600}
+    status, body = await api.call("POST", f"/v1/deployments/{NAME}/resume", WHY, AUTH)
+    assert status == 200 and body["paused"] is False
+    assert body["override"] is None and body["operator"] is None
+    assert body["recorded"]["action"] == "resume" and body["recorded"]["by"] == "token"
 
 
 async def test_pause_holds_the_target_and_is_still_decided(api: Api) -> None:
     await api.tick()
     # The name's slash may also be percent-encoded.
-    status, body = await api.call("POST", "/v1/deployments/llm%2Fchat/pause", headers=AUTH)
+    status, body = await api.call("POST", "/v1/deployments/llm%2Fchat/pause", WHY, AUTH)
     assert status == 200 and body["paused"] is True
     api.sensor.rate_per_s = 60.0
     await api.tick()
@@ -226,7 +236,7 @@ async def test_pause_holds_the_target_and_is_still_decided(api: Api) -> None:
     # Ray Serve's two labels, and the process collectors alongside.
     assert "process_cpu_seconds_total" in metrics and "python_info{" in metrics
     assert 'reason="paused"' in metrics
-    await api.call("POST", f"/v1/deployments/{NAME}/resume", headers=AUTH)
+    await api.call("POST", f"/v1/deployments/{NAME}/resume", WHY, AUTH)
     await api.tick()
     status, body = await api.call("GET", "/v1/status")
     assert body["deployments"][NAME]["last_decision"]["target_replicas"] == 6
@@ -262,6 +272,159 @@ async def test_decisions_ring_filters_and_limits(api: Api) -> None:
     assert times == sorted(times) and times[-1] == api.now_s
     status, body = await api.call("GET", "/v1/decisions?changed=true")
     assert [d["target_replicas"] for d in body["decisions"]] == [4]
+
+
+# ---------------------------------------------------------------- the audit trail
+
+
+@pytest.mark.parametrize(
+    ("action", "body", "message"),
+    [
+        ("pause", None, "reason: required; say why in the body"),
+        ("pause", "{}", "reason: required"),
+        ("pause", '{"reason": "   "}', "reason: required"),
+        ("pause", '{"reason": null}', "reason: required"),
+        ("resume", None, 'reason: required; say why in the body, e.g. {"reason": "failover done"}'),
+        ("override", '{"replicas": 3}', "reason: required"),
+        ("override", '{"replicas": 3, "ttl_s": 60, "by": "alice"}', "reason: required"),
+        ("pause", '{"reason": 7}', "reason: must be a string, got 7"),
+        ("pause", '{"reason": "a\\nb"}', "reason: must be one line of printable text"),
+        ("pause", '{"reason": "\\ud800"}', "reason: must be one line of printable text"),
+        ("pause", '{"reason": "' + "x" * 301 + '"}', "reason: at most 300 characters, got 301"),
+        ("pause", '{"reason": "r", "by": ["alice"]}', "by: must be a string"),
+        ("pause", '{"reason": "r", "by": "' + "b" * 65 + '"}', "by: at most 64 characters"),
+        ("pause", '{"reason": "r", "ttl_s": 0}', "ttl_s: must be a number of seconds"),
+        ("pause", '{"reason": "r", "replicas": 3}', "unknown field 'replicas'; pause takes"),
+        ("resume", '{"reason": "r", "ttl_s": 5}', "unknown field 'ttl_s'; resume takes reason, by"),
+        ("pause", "[1]", 'body: must be a JSON object, e.g. {"reason"'),
+    ],
+)
+async def test_an_operator_change_without_a_good_reason_is_a_400(
+    api: Api, action: str, body: str | None, message: str
+) -> None:
+    await api.tick()
+    status, answer = await api.call("POST", f"/v1/deployments/{NAME}/{action}", body, AUTH)
+    assert status == 400 and message in answer["error"], answer
+    assert list(answer) == ["error"] and "\n" not in answer["error"]
+    runtime = api.controller.deployments[NAME]
+    assert not runtime.paused and runtime.override_replicas is None
+    assert runtime.operator_history == ()
+
+
+async def test_who_why_since_and_until_are_shown_logged_and_expire(api: Api) -> None:
+    await api.tick()
+    pause = '{"by": "alice", "reason": "incident 4711: failover", "ttl_s": 3}'
+    with capture_logs() as events:
+        status, body = await api.call("POST", f"/v1/deployments/{NAME}/pause", pause, AUTH)
+    assert status == 200
+    since_s = api.now_s
+    current = {
+        "action": "pause",
+        "replicas": None,
+        "by": "alice",
+        "reason": "incident 4711: failover",
+        "since_s": since_s,
+        "until_s": since_s + 3,
+        "remaining_s": 3.0,
+    }
+    assert body["operator"] == current and body["paused"] is True
+    [event] = [e for e in events if e["event"] == "operator_pause"]
+    assert {k: event[k] for k in ("deployment", "by", "reason", "until_s")} == {
+        "deployment": NAME,
+        "by": "alice",
+        "reason": "incident 4711: failover",
+        "until_s": since_s + 3,
+    }
+    await api.tick()
+    chat = (await api.call("GET", "/v1/status"))[1]["deployments"][NAME]
+    assert chat["operator"] == {**current, "remaining_s": 2.0}
+    assert chat["operator_history"] == [
+        {
+            "action": "pause",
+            "by": "alice",
+            "reason": "incident 4711: failover",
+            "at_s": since_s,
+            "until_s": since_s + 3,
+            "replicas": None,
+        }
+    ]
+    with capture_logs() as events:
+        await api.tick(2)  # the pause's time is up: the tick ends it
+    runtime = api.controller.deployments[NAME]
+    assert runtime.paused is False and runtime.operator_action is None
+    assert runtime.last_decision is not None
+    assert "paused" not in [r.value for r in runtime.last_decision.reasons]
+    [expired] = [e for e in events if e["event"] == "operator_expired"]
+    assert expired["deployment"] == NAME and expired["ended"] == ["pause"]
+    assert expired["reason"] == "pause reached its until_s (set by alice: incident 4711: failover)"
+    chat = (await api.call("GET", "/v1/status"))[1]["deployments"][NAME]
+    assert chat["operator"] is None
+    assert [(a["action"], a["by"]) for a in chat["operator_history"]] == [
+        ("pause", "alice"),
+        ("expire", "autoscalerd"),
+    ]
+
+
+async def test_the_newest_instruction_wins_and_the_trail_keeps_the_last_ten(api: Api) -> None:
+    await api.tick()
+    path = f"/v1/deployments/{NAME}"
+    await api.call("POST", f"{path}/override", '{"replicas": 5, "reason": "load test"}', AUTH)
+    status, body = await api.call("POST", f"{path}/pause", '{"reason": "hold it"}', AUTH)
+    assert status == 200 and body["paused"] is True and body["override"] is None
+    assert body["operator"]["action"] == "pause" and body["operator"]["until_s"] is None
+    status, body = await api.call(
+        "POST", f"{path}/override", '{"replicas": 3, "reason": "r"}', AUTH
+    )
+    assert status == 200 and body["operator"]["action"] == "override"
+    assert body["paused"] is False and body["operator"]["replicas"] == 3
+    assert body["operator"]["by"] == "token"
+    for index in range(12):
+        await api.call("POST", f"{path}/resume", f'{{"reason": "resume {index}"}}', AUTH)
+    history = (await api.call("GET", "/v1/status"))[1]["deployments"][NAME]["operator_history"]
+    assert len(history) == 10 and history[-1]["reason"] == "resume 11"
+
+
+async def test_the_token_label_and_the_default_override_ttl_come_from_the_config() -> None:
+    async for api in make_api(
+        config(token=TOKEN, token_label="ops-bot", override_default_ttl_s=30)
+    ):
+        await api.tick()
+        # A token pasted into a reason is not kept.
+        body = f'{{"replicas": 3, "reason": "asked with {TOKEN}"}}'
+        status, answer = await api.call("POST", f"/v1/deployments/{NAME}/override", body, AUTH)
+        assert status == 200, answer
+        operator = answer["operator"]
+        assert operator["by"] == "ops-bot" and operator["until_s"] == api.now_s + 30
+        assert operator["reason"] == "asked with [redacted]"
+
+
+async def test_the_trail_survives_a_restart_and_old_state_files_still_load(api: Api) -> None:
+    await api.tick()
+    body = '{"replicas": 4, "ttl_s": 600, "by": "bob", "reason": "launch"}'
+    await api.call("POST", f"/v1/deployments/{NAME}/override", body, AUTH)
+    await api.tick()
+    text = state.encode(state.Snapshot(api.now_s, 0.0, None, api.controller.snapshot(api.now_s)))
+    restarted = Controller(api.controller.config, [api.sensor], [], VirtualClock(api.now_s))
+    restarted.restored = dict(state.decode(text).deployments)
+    await restarted.tick(api.now_s + 1)
+    runtime = restarted.deployments[NAME]
+    assert runtime.override_replicas == 4 and runtime.override_until_s == api.now_s - 1 + 600
+    assert runtime.operator_action is not None and runtime.operator_action.by == "bob"
+    assert [a.action for a in runtime.operator_history] == ["override"]
+    # A file written before the trail was kept: the same format, the pause without its record.
+    raw = json.loads(text)
+    saved = raw["deployments"][NAME]
+    for key in ("paused_until_s", "operator_action", "operator_history"):
+        del saved[key]
+    saved.update(paused=True, override_replicas=None, override_until_s=None)
+    old = state.decode(json.dumps(raw)).deployments[NAME]
+    assert old.paused and old.operator_action is None and old.operator_history == ()
+    restarted = Controller(api.controller.config, [api.sensor], [], VirtualClock(api.now_s))
+    restarted.restored = {NAME: old}
+    await restarted.tick(api.now_s + 1)
+    shown = server._operator(restarted.deployments[NAME], api.now_s + 1)
+    assert shown is not None and shown["action"] == "pause"
+    assert shown["by"] is None and shown["until_s"] is None
 
 
 # ---------------------------------------------------------------- reads behind the token

@@ -162,12 +162,15 @@ def test_every_endpoint_and_the_bearer_token_rules(
         path = f"/v1/deployments/{NAME}/pause"
         assert daemon.post(path)[0] == 401
         assert daemon.post(path, token="wrong")[0] == 403
-        status, body = daemon.post(path, token=TOKEN)
+        status, body = daemon.post(path, '{"reason": "tests"}', TOKEN)
         assert status == 200 and body["paused"] is True
         daemon.wait_until(lambda: "paused" in decisions(daemon, 1)[0]["reasons"], "a paused tick")
-        assert daemon.post(f"/v1/deployments/{NAME}/resume", token=TOKEN)[1]["paused"] is False
+        resumed = daemon.post(f"/v1/deployments/{NAME}/resume", '{"reason": "tests"}', TOKEN)
+        assert resumed[1]["paused"] is False
         status, body = daemon.post(
-            f"/v1/deployments/{NAME}/override", '{"replicas": 3, "ttl_s": 600}', TOKEN
+            f"/v1/deployments/{NAME}/override",
+            '{"replicas": 3, "ttl_s": 600, "reason": "t"}',
+            TOKEN,
         )
         assert status == 200 and body["override"]["replicas"] == 3
         daemon.wait_until(
@@ -231,7 +234,7 @@ def test_sighup_rejects_a_bad_config_whole_then_applies_a_good_one(
         history = decisions(daemon)
         assert history[0]["decided_at_s"] < history[-1]["decided_at_s"]  # one ring, kept
         assert daemon.post(f"/v1/deployments/{NAME}/pause")[0] == 401
-        assert daemon.post(f"/v1/deployments/{NAME}/pause", token=TOKEN)[0] == 200
+        assert daemon.post(f"/v1/deployments/{NAME}/pause", '{"reason": "tests"}', TOKEN)[0] == 200
         _, metrics = daemon.get("/metrics")
         assert 'autoscalerd_config_reloads_total{result="applied"} 1.0' in metrics
         assert "autoscalerd_config_last_reload_successful 1.0" in metrics
