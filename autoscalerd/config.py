@@ -45,7 +45,9 @@ class AutoscalingConfig(_Model):
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(10, ge=1)
     initial_replicas: int | None = Field(None, ge=0)
-    target_ongoing_requests: float = Field(16.0, gt=0)
+    # Ray accepts any value > 0; below a thousandth of a request per replica the
+    # division overflows, and no deployment means it.
+    target_ongoing_requests: float = Field(16.0, ge=0.001)
     upscale_delay_s: float = Field(10.0, ge=0)
     downscale_delay_s: float = Field(300.0, ge=0)
     downscale_to_zero_delay_s: float | None = Field(None, ge=0)
@@ -104,8 +106,8 @@ class ReplicaModelConfig(_Model):
     tpot_batch1_s: float = Field(0.03, gt=0)
     tpot_full_batch_s: float = Field(0.06, gt=0)
     # The token mix until requests have been seen.
-    prompt_tokens: float = Field(1000.0, gt=0)
-    output_tokens: float = Field(200.0, ge=0)
+    prompt_tokens: float = Field(1000.0, gt=0, le=1e8)
+    output_tokens: float = Field(200.0, ge=0, le=1e8)
     # How fast old evidence fades (e-folding time): the hardware changes rarely, the
     # traffic's token mix within minutes.
     hardware_memory_s: float = Field(600.0, gt=0)
@@ -122,7 +124,8 @@ class ForecastConfig(_Model):
     enabled: bool = True
     # 300 s buckets and a one-day season: on the Azure week, Holt-Winters beats a tuned EWMA
     # by 7% (MASE) at this granularity, and only by 1% with 60 s buckets.
-    bucket_s: float = Field(300.0, gt=0)
+    # At least a second: the history holds one bucket per bucket_s since the start.
+    bucket_s: float = Field(300.0, ge=1.0)
     season_length: int = Field(288, ge=2, description="buckets per season (288 x 300 s = a day)")
     seasonal: Literal["add", "mul"] = "add"
     refit_interval_s: float = Field(3600.0, gt=0)
@@ -361,6 +364,9 @@ def _depth(value: Any, limit: int) -> int:
 def _parse_config(text: str, source: str) -> Config:
     try:
         raw = yaml.safe_load(text)
+    except ValueError as exc:  # e.g. an integer of thousands of digits
+        first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise ConfigError([f"{source}: a value YAML cannot read ({first})"]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -385,7 +391,14 @@ def _parse_config(text: str, source: str) -> Config:
     try:
         return Config.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError([f"{source}: {line}" for line in _describe(exc, merged)]) from None
+        raise ConfigError(
+            [_one_line(f"{source}: {line}") for line in _describe(exc, merged)]
+        ) from None
+
+
+def _one_line(text: str) -> str:
+    """A problem as one line: keys and values may hold line breaks."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _apply_defaults(raw: dict[str, Any]) -> dict[str, Any]:

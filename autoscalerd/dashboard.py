@@ -127,7 +127,8 @@ class DashboardClient:
         """GET an absolute URL (a metrics endpoint) without the dashboard's token."""
         try:
             async with self._client().get(url) as answer:
-                text = await answer.text()
+                # Bytes that are not UTF-8 stay visible as such, and fail the parse.
+                text = (await answer.read()).decode("utf-8", "replace")
                 if answer.status != 200:
                     raise DashboardError(
                         ERROR, f"{url}: HTTP {answer.status}", status=answer.status
@@ -145,7 +146,7 @@ class DashboardClient:
             async with self._client().request(
                 method, url, json=body, headers=self._headers(token)
             ) as answer:
-                text = await answer.text()
+                text = (await answer.read()).decode("utf-8", "replace")
                 status = answer.status
         except (TimeoutError, asyncio.TimeoutError):
             raise DashboardError(
@@ -161,7 +162,7 @@ class DashboardClient:
             raise DashboardError(AUTH, self._auth_message(status, token), status=status)
         try:
             parsed: Any = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             parsed = text
         # Error answers are where a server echoes the request; a success's data is left as is.
         return Response(status, parsed if status < 300 else scrubbed(parsed, token.token))

@@ -174,6 +174,9 @@ def decode(text: str) -> Snapshot:
     kept: dict[str, SavedDeployment] = {}
     dropped: dict[str, str] = {}
     for name, entry in saved_raw.items():
+        if not _plain_name(name):
+            dropped[ascii(name)] = "not a deployment name (app/deployment, UTF-8, one line)"
+            continue
         try:
             saved = codec.from_json(SavedDeployment, entry, f"deployments.{name}")
             _check_ranges(saved, f"deployments.{name}")
@@ -184,8 +187,55 @@ def decode(text: str) -> Snapshot:
     return dataclasses.replace(snapshot, deployments=kept, dropped=dropped)
 
 
+def _plain_name(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: not text any file of ours holds
+        return False
+    return 0 < len(name) <= 512 and name.isprintable()
+
+
+def _check_sums(state: DeploymentState, where: str) -> None:
+    """The learned sums have the shapes the stages add into, and learned rates are > 0:
+    a sum of another length (or a slot count near zero) would make every decision from
+    it raise or divide by almost nothing."""
+    from autoscalerd.decide import burstiness
+
+    model = state.replica_model
+    shapes: list[tuple[str, Any, int | None]] = [
+        ("burst.weights", state.burst.weights, burstiness.BINS),
+        ("guard.fast", state.guard.fast, 2),
+        ("guard.slow", state.guard.slow, 2),
+        ("guard.calibrating", state.guard.calibrating, 2),
+        ("replica_model.prefill", model.prefill, 2),
+        ("replica_model.tpot", model.tpot, 5),
+        ("replica_model.prompt", model.prompt, 2),
+        ("replica_model.prompt_sq", model.prompt_sq, 2),
+        ("replica_model.output", model.output, 2),
+        ("replica_model.little", model.little, 2),
+        (
+            "replica_model.prompt_mix",
+            model.prompt_mix,
+            len(model.prompt_bounds) + 1 if model.prompt_bounds is not None else None,
+        ),
+    ]
+    for name, sums, length in shapes:
+        if sums is None:
+            continue
+        if length is None or len(sums.values) != length:
+            raise StateError(f"{where}.state.{name}: {len(sums.values)} values, not {length}")
+        if any(v < 0 for v in sums.values) and not name.startswith("replica_model.tpot"):
+            raise StateError(f"{where}.state.{name}: a negative sum")
+    if model.slots is not None and not model.slots >= 1:
+        raise StateError(f"{where}.state.replica_model.slots: below one slot")
+    bounds = model.prompt_bounds
+    if bounds is not None and (list(bounds) != sorted(bounds) or any(b <= 0 for b in bounds)):
+        raise StateError(f"{where}.state.replica_model.prompt_bounds: not increasing")
+
+
 def _check_ranges(saved: SavedDeployment, where: str) -> None:
     state = saved.state
+    _check_sums(state, where)
     if not 0 <= state.target_replicas <= _MAX_COUNT:
         raise StateError(f"{where}.state.target_replicas: out of range")
     for name in ("override_replicas", "applied_replicas"):

@@ -25,7 +25,7 @@ from autoscalerd.decide.forgetting import Sums
 
 # Ratio bins: 1.25^k for k = 0..40 covers 1 to about 7,500; below 1 is one bin.
 _BIN_BASE = 1.25
-_BINS = 41
+BINS = 41  # ratio bins of the burst weights (the state file checks their count)
 # How long the burst shape is remembered.
 MEMORY_S = 3600.0
 # Requests the histogram must hold before its quantile is used; until then, Poisson.
@@ -52,9 +52,9 @@ def observe(
         level = level + alpha * (rate_per_s - level)
     weights = state.weights
     if arrivals > 0 and level > 0:
-        deltas = [0.0] * _BINS
+        deltas = [0.0] * BINS
         deltas[_bin(rate_per_s / level)] = arrivals
-        weights = (weights or Sums((0.0,) * _BINS)).add(now_s, MEMORY_S, *deltas)
+        weights = (weights or Sums((0.0,) * BINS)).add(now_s, MEMORY_S, *deltas)
     return BurstState(level_per_s=level, weights=weights)
 
 
@@ -80,7 +80,7 @@ def peak_to_mean(
 def _bin(ratio: float) -> int:
     if ratio <= 1.0:
         return 0
-    return min(_BINS - 1, 1 + int(math.log(ratio) / math.log(_BIN_BASE)))
+    return min(BINS - 1, 1 + int(math.log(ratio) / math.log(_BIN_BASE)))
 
 
 def _upper(index: int) -> float:

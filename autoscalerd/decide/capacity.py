@@ -15,7 +15,13 @@ _Sample = TypeVar("_Sample", bound=tuple[float, ...])
 _EPSILON = 1e-9
 
 
+# More replicas than any count the bounds allow: what an overflowing ratio rounds to.
+_MAX_COUNT = 10**9
+
+
 def ceil_replicas(value: float) -> int:
+    if not value < _MAX_COUNT:  # inf, NaN or beyond: bounded, never an OverflowError
+        return _MAX_COUNT
     return max(0, math.ceil(value - _EPSILON))
 
 

@@ -22,7 +22,6 @@ from tests.fuzz.strategies import HOSTILE_NUMBERS, SCALARS, TEXT, json_values, m
 from tests.fuzz.targets import TARGETS
 
 TARGET = TARGETS["config"]
-KNOWN_BUGS = "the known config bugs (KNOWN below) fail it; remove the mark once they are fixed"
 MUTATOR = Mutator(TARGET.seeds(), TARGET.structure)
 # Most values are what a user could write: within each field's declared range, typical or
 # extreme (1e-300 s, 1e300 replicas). Now and then one is hostile: NaN, ±Inf, out of range,
@@ -152,14 +151,12 @@ KNOWN = {
 
 
 def known_bugs_first(test: Any) -> Any:
-    """The known bugs as explicit examples: the test fails for certain while any is left,
-    whatever the random examples find, so its xfail mark is a reliable reminder."""
+    """The bugs fuzzing found, as explicit examples: every run tries them first."""
     for text in reversed(KNOWN.values()):
         test = example(text)(test)
     return test
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_BUGS)
 @budget.fuzz_unshrunk(budget.MUTANTS)
 @given(mutants(MUTATOR))
 @known_bugs_first
@@ -167,7 +164,6 @@ def test_mutants_of_shipped_configs_run_or_are_one_config_error(data: bytes) -> 
     TARGET.outcome(data, budget.CPU_LIMIT_S)
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_BUGS)
 @budget.fuzz_unshrunk(budget.BUILT)
 @given(documents(Config))
 @example({"deployments": [{"name": "a/b"}], "defaults": {"forecast": {"z\n": 1}}})
@@ -177,8 +173,5 @@ def test_documents_of_every_setting_run_or_are_one_config_error(document: dict[s
 
 
 @pytest.mark.parametrize("text", KNOWN.values(), ids=KNOWN.keys())
-@pytest.mark.xfail(
-    strict=True, reason="no one-line ConfigError: an exception, or accepted and decide() fails"
-)
-def test_known_config_bugs(text: bytes) -> None:
+def test_what_fuzzing_found_is_now_one_config_error(text: bytes) -> None:
     TARGET.outcome(text, budget.CPU_LIMIT_S)

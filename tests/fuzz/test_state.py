@@ -24,7 +24,6 @@ from tests.fuzz.targets import TARGETS
 
 TARGET = TARGETS["state"]
 MUTATOR = Mutator(TARGET.seeds(), TARGET.structure)
-KNOWN_BUGS = "the known state-file bugs (KNOWN below) fail it; remove the mark once they are fixed"
 
 
 # Most values are plausible (times and rates of a running daemon, small counts); some are
@@ -104,14 +103,12 @@ SHORT_BURST_SUMS = dataclasses.replace(
 
 
 def known_bugs_first(test: Any) -> Any:
-    """The known bugs as explicit examples: the test fails for certain while any is left,
-    whatever the random examples find, so its xfail mark is a reliable reminder."""
+    """The bugs fuzzing found, as explicit examples: every run tries them first."""
     for data in reversed(KNOWN_FILES):
         test = example(data)(test)
     return test
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_BUGS)
 @budget.fuzz_unshrunk(budget.MUTANTS)
 @given(mutants(MUTATOR))
 @known_bugs_first
@@ -119,7 +116,6 @@ def test_mutants_of_written_state_files_restore_or_are_one_state_error(data: byt
     TARGET.outcome(data, budget.CPU_LIMIT_S)
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_BUGS)
 @budget.fuzz_unshrunk(budget.BUILT)
 @given(values_of(state.SavedDeployment))
 @example(SHORT_BURST_SUMS)
@@ -133,8 +129,7 @@ def test_any_typed_saved_state_restores_or_is_one_state_error(
 
 
 @pytest.mark.parametrize(("path", "value"), KNOWN.values(), ids=KNOWN.keys())
-@pytest.mark.xfail(strict=True, reason="decode() accepts it and decide() raises")
-def test_known_state_bugs(path: list[str], value: Any) -> None:
+def test_what_fuzzing_found_is_now_one_state_error(path: list[str], value: Any) -> None:
     TARGET.outcome(_saved_with(path, value), budget.CPU_LIMIT_S)
 
 
