@@ -51,14 +51,15 @@ class AutoscalingConfig(_Model):
     upscale_delay_s: float = Field(10.0, ge=0)
     downscale_delay_s: float = Field(300.0, ge=0)
     downscale_to_zero_delay_s: float | None = Field(None, ge=0)
-    upscaling_factor: float | None = Field(None, gt=0)
-    downscaling_factor: float | None = Field(None, gt=0)
+    # Ray takes any factor > 0; past a thousand the step overflows, and no one means it.
+    upscaling_factor: float | None = Field(None, gt=0, le=1000)
+    downscaling_factor: float | None = Field(None, gt=0, le=1000)
     smoothing_factor: float = Field(1.0, gt=0, le=1)
     look_back_period_s: float = Field(30.0, gt=0)
     # Accepted so that Ray configs paste unchanged; autoscalerd senses every tick instead.
     metrics_interval_s: float | None = Field(None, gt=0)
-    upscale_smoothing_factor: float | None = Field(None, gt=0)
-    downscale_smoothing_factor: float | None = Field(None, gt=0)
+    upscale_smoothing_factor: float | None = Field(None, gt=0, le=1000)
+    downscale_smoothing_factor: float | None = Field(None, gt=0, le=1000)
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingConfig:

@@ -147,6 +147,10 @@ KNOWN = {
     # The prior's square overflows in the replica model.
     "prompt-prior-near-float-max": b"deployments: [{name: a/b, replica_model: "
     b"{prompt_tokens: 1.0e+300}}]\n",
+    # Ray's gain on the step, near the float limit: ray_compat.py's math.ceil of inf.
+    "ray-mode-upscaling-factor-near-float-max": b"deployments: [{name: llm/chat, "
+    b"mode: ray-compatible, autoscaling_config: {min_replicas: 0, max_replicas: 4, "
+    b"upscaling_factor: 1e308}}]\n",
 }
 
 
