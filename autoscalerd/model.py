@@ -277,6 +277,9 @@ class DeploymentState:
     ray_samples: tuple[tuple[float, float], ...] = ()
     # Replicas added for capacity lost to GPU faults (added at once, not delayed).
     gpu_extra_replicas: int = 0
+    # Seconds between this deployment's decisions, as they usually come (a pause is not
+    # one): a gap in the ticks is one much longer than this.
+    tick_interval_s: float | None = None
 
     def with_(self, **changes: Any) -> DeploymentState:
         from dataclasses import replace

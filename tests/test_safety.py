@@ -267,3 +267,14 @@ async def test_a_deployment_named_dot_dot_never_reaches_another_url() -> None:
         assert actuator.calls == 0
     finally:
         await actuator.close()
+
+
+def test_ticks_longer_than_max_metric_age_are_not_gaps() -> None:
+    dep = config(downscale_delay_s=120, look_back_period_s=30).deployment(NAME)
+    state = policy.initial_state(dep, 0.0, 10)
+    decision = None
+    for minute in range(1, 8):  # one tick a minute, max_metric_age_s 5
+        at = 60.0 * minute
+        obs = Observation(NAME, at, arrival_rate_per_s=Reading(5.0, at))
+        decision, state = policy.decide(obs, state, dep, at)
+    assert decision is not None and decision.target_replicas == 1

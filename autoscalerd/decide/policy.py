@@ -291,6 +291,7 @@ def decide(
         rate_samples=r.rate_samples,
         last_arrival_at_s=r.last_arrival_at_s,
         fresh_since_s=r.fresh_since_s,
+        tick_interval_s=r.tick_interval_s,
         forecaster=forecaster,
         replica_model=model_state,
         burst=burst_state,

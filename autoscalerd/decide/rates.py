@@ -38,6 +38,7 @@ class Rates:
     # Some metrics endpoints did not answer (or answered NaN) within the window: the
     # rates are lower bounds, evidence to scale up on, never down.
     partial: bool
+    tick_interval_s: float | None  # the usual seconds between decisions
     fresh: bool  # the primary input is fresh, complete, and nothing watched is stale
     fresh_since_s: float | None
     last_arrival_at_s: float | None
@@ -73,7 +74,13 @@ def observe(obs: Observation, state: DeploymentState, cfg: DeploymentConfig, now
     fresh = arrivals is not None and not stale and not partial
     # A gap in the ticks themselves (the process paused, the clock stepped) longer than data
     # stays fresh is an outage too: nothing was watched meanwhile, so the run restarts.
-    gap = state.last_decided_at_s is not None and now_s - state.last_decided_at_s > max_age_s
+    # (Longer than three ticks too: a tick longer than max_metric_age_s is no gap.)
+    interval_s = now_s - state.last_decided_at_s if state.last_decided_at_s is not None else None
+    usual_s = state.tick_interval_s or 0.0
+    # The first interval sets the usual one; only later ones can be gaps.
+    gap = bool(usual_s) and interval_s is not None and interval_s > max(max_age_s, 3.0 * usual_s)
+    if interval_s is not None and interval_s > 0 and not gap:
+        usual_s = interval_s
     since_s = state.fresh_since_s if not gap else None
     fresh_since_s = (since_s if since_s is not None else now_s) if fresh else None
     return Rates(
@@ -84,6 +91,7 @@ def observe(obs: Observation, state: DeploymentState, cfg: DeploymentConfig, now
         queued=queued,
         stale=stale,
         partial=partial,
+        tick_interval_s=usual_s or None,
         fresh=fresh,
         fresh_since_s=fresh_since_s,
         last_arrival_at_s=last_arrival_at_s,
