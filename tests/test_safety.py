@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import pytest
+
 from autoscalerd import state as saved_state
 from autoscalerd.act.base import Actuation, ActuationResult
 from autoscalerd.clock import VirtualClock
@@ -278,3 +280,25 @@ def test_ticks_longer_than_max_metric_age_are_not_gaps() -> None:
         obs = Observation(NAME, at, arrival_rate_per_s=Reading(5.0, at))
         decision, state = policy.decide(obs, state, dep, at)
     assert decision is not None and decision.target_replicas == 1
+
+
+@pytest.mark.parametrize("tokens_seconds", [(0.0, 5.0), (1e14, 1e-12), (1e-300, 1e3)])
+def test_learned_prefill_of_no_or_absurd_speed_is_bounded(
+    tokens_seconds: tuple[float, float],
+) -> None:
+    from autoscalerd.decide.forgetting import Sums
+    from autoscalerd.decide.replica_model import ReplicaModelState
+
+    dep = config().deployment(NAME)
+    state = policy.initial_state(dep, 0.0, 3).with_(
+        replica_model=ReplicaModelState(prefill=Sums(tokens_seconds, 10, 0.0))
+    )
+    obs = Observation(
+        NAME,
+        1.0,
+        arrival_rate_per_s=Reading(20.0, 1.0),
+        running_replicas=Reading(3.0, 1.0),
+        starting_replicas=Reading(0.0, 1.0),
+    )
+    decision, _ = policy.decide(obs, state, dep, 1.0)
+    assert decision.target_replicas >= 1

@@ -193,6 +193,11 @@ def learn(
     return replace(state, **changes) if changes else state  # type: ignore[arg-type]
 
 
+# Prefill speeds outside these are no engine's (tokens per second).
+_MIN_PREFILL_PER_S = 1.0
+_MAX_PREFILL_PER_S = 1e9
+
+
 def view(
     state: ReplicaModelState,
     cfg: ReplicaModelConfig,
@@ -214,7 +219,11 @@ def view(
     prefill_per_s: float | None = None
     if state.prefill is not None:
         tokens, seconds = state.prefill.decayed(now_s, hw_s)
-        prefill_per_s = tokens / seconds if seconds > 0 else cfg.prefill_tokens_per_s
+        prefill_per_s = cfg.prefill_tokens_per_s
+        if seconds > 0 and tokens > 0:
+            # Bounded: prefill seen with no prompt tokens counted (or damage) must not
+            # read as an engine of zero or infinite speed.
+            prefill_per_s = min(_MAX_PREFILL_PER_S, max(_MIN_PREFILL_PER_S, tokens / seconds))
     estimates.append(
         _estimate(
             "prefill_tokens_per_s", prefill_per_s or cfg.prefill_tokens_per_s, state.prefill, now_s
