@@ -36,6 +36,7 @@ request line or header is answered by aiohttp itself (400, text/plain).
 from __future__ import annotations
 
 import contextlib
+import difflib
 import hmac
 import json
 import logging
@@ -466,7 +467,7 @@ async def get_decisions(request: web.Request) -> web.Response:
     query = request.rel_url.query
     unknown = sorted(set(query) - {"deployment", "limit", "changed"})
     if unknown:
-        raise ApiError(400, f"unknown parameter {unknown[0]!r}; known: deployment, limit, changed")
+        raise ApiError(400, _unknown("parameter", unknown[0], ("deployment", "limit", "changed")))
     log = request.app[DECISIONS]
     deployment = query.get("deployment") or None
     if deployment is not None:
@@ -529,9 +530,7 @@ def parse_override(body: dict[str, Any]) -> tuple[int, float | None]:
     Its by and reason are parse_operator's."""
     unknown = sorted(set(body) - set(OPERATOR_FIELDS["override"]))
     if unknown:
-        raise ApiError(
-            400, f"unknown field {unknown[0]!r}; an override takes replicas, ttl_s, reason, by"
-        )
+        raise ApiError(400, _unknown("field", unknown[0], OPERATOR_FIELDS["override"]))
     if "replicas" not in body:
         raise ApiError(400, f"replicas: required, e.g. {OVERRIDE_EXAMPLE}")
     replicas = body["replicas"]
@@ -577,7 +576,7 @@ def parse_operator(body: dict[str, Any], action: str) -> OperatorRequest:
     allowed = OPERATOR_FIELDS[action]
     unknown = sorted(set(body) - set(allowed))
     if unknown:
-        raise ApiError(400, f"unknown field {unknown[0]!r}; {action} takes {', '.join(allowed)}")
+        raise ApiError(400, _unknown("field", unknown[0], allowed))
     reason = _line(body, "reason", MAX_REASON_CHARS)
     if reason is None:
         raise ApiError(400, f"reason: required; say why in the body, e.g. {EXAMPLES[action]}")
@@ -809,6 +808,15 @@ async def _read_token(
     if controller.config.http.require_token_for_reads and request.path not in OPEN_PATHS:
         _authorize(request, controller, reads=True)
     return await handler(request)
+
+
+def _unknown(what: str, name: str, known: tuple[str, ...] | list[str]) -> str:
+    """An unknown key, named only when it is a near miss of a known one: a client's body
+    is not echoed into errors and logs (it may hold a secret pasted in the wrong place)."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    if close and len(name) <= 40:
+        return f"unknown {what} {name!r}; did you mean {close[0]!r}?"
+    return f"unknown {what}; known: {', '.join(known)}"
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
