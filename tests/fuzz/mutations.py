@@ -247,13 +247,18 @@ PROMETHEUS_MUTATIONS: tuple[ByteMutation, ...] = (relabel, relabel, new_series)
 # ---------------------------------------------------------------- trees
 
 
+# libyaml where PyYAML has it: the mutator parses and writes every structured input.
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DUMPER: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
 def _load(seed: bytes, structure: str | None) -> tuple[Any] | None:
     """The seed parsed as a one-tuple (its value may be None), or None if not structured."""
     try:
         if structure == "json":
             return (json.loads(seed),)
         if structure == "yaml":
-            return (yaml.safe_load(seed),)
+            return (yaml.load(seed, Loader=_LOADER),)
     except (ValueError, yaml.YAMLError):
         return None
     return None
@@ -263,7 +268,7 @@ def _dump(value: Any, structure: str | None) -> bytes | None:
     try:
         if structure == "json":
             return json.dumps(value, allow_nan=True).encode()
-        text = yaml.safe_dump(value, allow_unicode=True, sort_keys=False, width=1 << 16)
+        text = yaml.dump(value, Dumper=_DUMPER, allow_unicode=True, sort_keys=False, width=1 << 16)
         return text.encode("utf-8", "surrogatepass")
     except (ValueError, RecursionError, yaml.YAMLError):
         return None
