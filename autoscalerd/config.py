@@ -186,6 +186,58 @@ class PluginConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+# A worker group's name is a Kubernetes label value, as KubeRay's groupName is one.
+_GROUP_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+class WorkerGroupConfig(_Model):
+    """One worker group's node shape (a KubeRay workerGroupSpec, a Ray node type): what
+    `autoscalerd_desired_workers` packs the replicas onto (decide/workers.py)."""
+
+    # The group's name as its scaler knows it (KubeRay's groupName): the metric's label.
+    name: str
+    # The Ray resources one worker node offers, as Ray counts them: {"CPU": 8, "GPU": 4,
+    # "memory": bytes, custom: n}. KubeRay takes CPU, GPU and memory from the Ray
+    # container's limits, and custom resources from rayStartParams.
+    resources_per_worker: dict[str, float]
+    min_workers: int = Field(0, ge=0, le=100_000)
+    max_workers: int | None = Field(None, ge=0, le=100_000)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if (
+            not 0 < len(value) <= 63
+            or not set(value) <= _GROUP_NAME_CHARS
+            or not (value[0].isalnum() and value[-1].isalnum())
+        ):
+            raise ValueError(
+                "must be the group's name (KubeRay's groupName): up to 63 letters, digits, "
+                "'-', '_' or '.', starting and ending with a letter or digit"
+            )
+        return value
+
+    @field_validator("resources_per_worker")
+    @classmethod
+    def _resources(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, amount in value.items():
+            if not name.strip():
+                raise ValueError("a resource name is empty")
+            if not 0 <= amount <= 1e18:
+                raise ValueError(f"{name}: must be between 0 and 1e18 (got {amount})")
+        if not any(amount > 0 for amount in value.values()):
+            raise ValueError('must offer some resource, e.g. {"CPU": 8, "GPU": 4}')
+        return value
+
+    @model_validator(mode="after")
+    def _bounds(self) -> WorkerGroupConfig:
+        if self.max_workers is not None and self.min_workers > self.max_workers:
+            raise ValueError(
+                f"min_workers ({self.min_workers}) is above max_workers ({self.max_workers})"
+            )
+        return self
+
+
 class ClusterConfig(_Model):
     dashboard_url: str = "http://127.0.0.1:8265"
     # Bearer token for the dashboard: this value, else $RAY_AUTH_TOKEN, else token_file.
@@ -197,6 +249,18 @@ class ClusterConfig(_Model):
     metrics_urls: tuple[str, ...] = ()
     request_timeout_s: float = Field(5.0, gt=0)
     max_gpus: int | None = Field(None, ge=0)
+    # Worker node shapes for autoscalerd_desired_workers (for KEDA or another scaler of
+    # worker nodes); none: the metric is not exported.
+    worker_groups: tuple[WorkerGroupConfig, ...] = ()
+
+    @field_validator("worker_groups")
+    @classmethod
+    def _unique_groups(cls, value: tuple[WorkerGroupConfig, ...]) -> tuple[WorkerGroupConfig, ...]:
+        names = [group.name for group in value]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"worker group {twice[0]!r} is listed twice")
+        return value
 
     def resolve_token(self) -> str | None:
         if self.token:

@@ -51,6 +51,8 @@ class DeploymentRuntime:
     operator_history: tuple[audit.OperatorAction, ...] = ()
     refit_in_flight: bool = False
     applied_replicas: int | None = None  # the last target an actuator confirmed
+    # Replicas the forecast's upper bound adds over the target for the node lead time.
+    headroom_replicas: int = 0
     decide_failures: int = 0  # consecutive ticks whose decision raised
     cost: CostMeter = field(default_factory=CostMeter)  # replica- and GPU-hours so far
     # The controller's logger, bound to this deployment once it is adopted.
@@ -84,6 +86,9 @@ STOP_GRACE_S = 4.0
 # A deployment's learning restarts after this many decisions in a row fail.
 DECIDE_FAILURES_BEFORE_RESET = 3
 CLOSE_TIMEOUT_S = 3.0
+# Why a named deployment waits when no sensor has reported it: with every sensor
+# answering, it is not on the platform (any other reason: it runs, on an unread target).
+NOT_REPORTED = "no sensor has reported it yet"
 
 
 def merge_observations(name: str, now_s: float, observations: Sequence[Observation]) -> Observation:
@@ -437,8 +442,6 @@ class Controller:
                 target=decision.target_replicas,
                 reasons=[r.value for r in decision.reasons],
             )
-        if runtime.paused:
-            return None
         headroom = 0
         if (
             decision.arrival_rate_upper_per_s is not None
@@ -453,6 +456,9 @@ class Controller:
                 )
                 - decision.target_replicas,
             )
+        runtime.headroom_replicas = headroom
+        if runtime.paused:
+            return None
         return Actuation(decision=decision, info=runtime.info, headroom_replicas=headroom)
 
     def _with_gpus(
@@ -489,7 +495,7 @@ class Controller:
         has been read would start from min_replicas (or a saved target) and could lower
         what runs: a slow first round must delay the start, never scale down."""
         if info is None:
-            return "no sensor has reported it yet"
+            return NOT_REPORTED
         max_age_s = self.config.deployment(name).max_metric_age_s
         if (
             info.watches_platform

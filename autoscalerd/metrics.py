@@ -17,6 +17,7 @@ actuator, sensor and error-kind names.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,8 @@ from prometheus_client import (
 )
 
 from autoscalerd import __version__
+from autoscalerd.decide.workers import desired_workers
+from autoscalerd.loop import NOT_REPORTED
 from autoscalerd.model import Decision, Observation, Reading
 
 if TYPE_CHECKING:
@@ -168,6 +171,16 @@ class Metrics:
             [*_DEPLOYMENT, "unit"],
             registry=r,
         )
+        # Per worker group (cluster.worker_groups): label values bounded by the config.
+        self.desired_workers = Gauge(
+            "autoscalerd_desired_workers",
+            "Worker nodes each worker group needs for every deployment's target plus its "
+            "forecast headroom, the replicas' resources packed onto the group's node shape "
+            "(updated on ticks with complete inputs, held otherwise)",
+            ["group"],
+            registry=r,
+        )
+        self._worker_groups: set[str] = set()
         self.sensor_errors = Counter(
             "autoscalerd_sensor_errors_total",
             "Ticks in which a sensor failed or timed out",
@@ -263,6 +276,7 @@ class Metrics:
                 ).inc()
         for name, runtime in controller.deployments.items():
             self._deployment(name, runtime, report.started_at_s)
+        self._workers(controller, report)
 
     def on_refit(self, deployment: str, duration_s: float | None) -> None:
         """A refit finished: its duration, or None when it failed."""
@@ -280,6 +294,35 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+    # ------------------------------------------------------------------ per worker group
+
+    def _workers(self, controller: Controller, report: TickReport) -> None:
+        """autoscalerd_desired_workers from this tick's decisions, on a tick whose inputs are
+        complete: every sensor answered, every deployment was decided, and none waits for
+        its platform's target. Otherwise the values stand as they were (absent before the
+        first such tick): a count from partial data would be lower than what runs, and a
+        scaler acting on it would take nodes from under running replicas."""
+        groups = controller.config.cluster.worker_groups
+        if not groups:
+            return
+        if report.sensor_errors or report.deployment_errors:
+            return
+        if any(why != NOT_REPORTED for why in controller.waiting.values()):
+            return
+        needs: dict[str, tuple[int, Mapping[str, float]]] = {}
+        for decision in report.decisions:
+            runtime = controller.deployments.get(decision.deployment)
+            if runtime is None or runtime.info is None:
+                continue
+            replicas = decision.target_replicas + max(0, runtime.headroom_replicas)
+            needs[decision.deployment] = (replicas, runtime.info.resources_per_replica)
+        plan = desired_workers(needs, groups, controller.config.cluster.max_gpus)
+        for name, workers in plan.workers.items():
+            self.desired_workers.labels(name).set(workers)
+        for name in self._worker_groups - set(plan.workers):
+            self.desired_workers.remove(name)  # a group a reload took out of the config
+        self._worker_groups = set(plan.workers)
 
     # ------------------------------------------------------------------ per deployment
 

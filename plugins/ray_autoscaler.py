@@ -34,8 +34,7 @@ from autoscalerd import logs
 from autoscalerd.act.base import Actuation, ActuationResult, ActuatorContext
 from autoscalerd.config import plugin_settings
 from autoscalerd.dashboard import find_token
-
-Bundle = dict[str, float]
+from autoscalerd.decide.workers import Bundle, merged_bundles
 
 
 class RayAutoscalerSettings(BaseModel):
@@ -63,30 +62,6 @@ class _Need:
     replicas: int
     resources: Mapping[str, float]
     seen_at_s: float
-
-
-def merged_bundles(
-    needs: Mapping[str, tuple[int, Mapping[str, float]]], max_gpus: int | None = None
-) -> list[Bundle]:
-    """One bundle per replica, deployments in name order; zero resources dropped.
-
-    With `max_gpus`, the bundles asking for GPUs stop at the budget (later deployments in
-    name order lose first; the decision core shares the budget, this is the last guard).
-    """
-    bundles: list[Bundle] = []
-    gpus = 0.0
-    for name in sorted(needs):
-        replicas, resources = needs[name]
-        bundle = {k: float(v) for k, v in resources.items() if v and v > 0}
-        if not bundle or replicas <= 0:
-            continue
-        for _ in range(replicas):
-            gpu = bundle.get("GPU", 0.0)
-            if max_gpus is not None and gpu and gpus + gpu > max_gpus + 1e-9:
-                break
-            gpus += gpu
-            bundles.append(dict(bundle))
-    return bundles
 
 
 def _settings(settings: Mapping[str, Any]) -> RayAutoscalerSettings:
