@@ -299,10 +299,11 @@ class Metrics:
 
     def _workers(self, controller: Controller, report: TickReport) -> None:
         """autoscalerd_desired_workers from this tick's decisions, on a tick whose inputs are
-        complete: every sensor answered, every deployment was decided, and none waits for
-        its platform's target. Otherwise the values stand as they were (absent before the
-        first such tick): a count from partial data would be lower than what runs, and a
-        scaler acting on it would take nodes from under running replicas."""
+        complete: every sensor answered, every deployment was decided, none waits for its
+        platform's target, and every resource amount is a number. Otherwise the values
+        stand as they were (absent before the first such tick): a count from partial data
+        would be lower than what runs, and a scaler acting on it would take nodes from
+        under running replicas."""
         groups = controller.config.cluster.worker_groups
         if not groups:
             return
@@ -318,6 +319,8 @@ class Metrics:
             replicas = decision.target_replicas + max(0, runtime.headroom_replicas)
             needs[decision.deployment] = (replicas, runtime.info.resources_per_replica)
         plan = desired_workers(needs, groups, controller.config.cluster.max_gpus)
+        if plan.unknown:
+            return
         for name, workers in plan.workers.items():
             self.desired_workers.labels(name).set(workers)
         for name in self._worker_groups - set(plan.workers):

@@ -100,6 +100,18 @@ def test_replicas_without_resources_need_no_nodes() -> None:
     assert plan.workers == {"cpu": 0} and plan.unplaced_replicas == 0
 
 
+def test_an_amount_that_is_no_number_is_unknown_and_a_tiny_share_no_overflow() -> None:
+    needs = {"a/nan": (3, {"GPU": float("nan")}), "b/inf": (2, {"GPU": float("inf")})}
+    assert merged_bundles(needs, max_gpus=8) == []
+    plan = desired_workers(needs, [group("gpu", GPU=8)])
+    assert plan.workers == {"gpu": 0} and plan.unknown == ("a/nan", "b/inf")
+    # 5e-324 of a GPU per replica: the budget allows them all, without an OverflowError.
+    tiny = {"a/tiny": (10**9, {"GPU": 5e-324, "CPU": 1.0})}
+    assert desired_workers(tiny, [group("cpu", CPU=1000, GPU=1)], max_gpus=8).workers == {
+        "cpu": 1_000_000
+    }
+
+
 def test_counts_are_cheap_at_any_replica_count() -> None:
     started = time.monotonic()
     needs = {"big/app": (10**12, {"CPU": 1.0}), "small/app": (10**9, {"CPU": 0.001})}
@@ -165,6 +177,7 @@ class GpuSensor:
     def __init__(self) -> None:
         self.fail = False
         self.platform_read = True
+        self.resources: dict[str, float] = dict(GPU_REPLICA)
 
     async def sense(self, now_s: float) -> SenseResult:
         if self.fail:
@@ -174,7 +187,7 @@ class GpuSensor:
             obs = replace(obs, platform_target_replicas=Reading(1.0, now_s))
         info = DeploymentInfo(
             name=NAME,
-            resources_per_replica=GPU_REPLICA,
+            resources_per_replica=self.resources,
             watches_platform=True,
             platform_target_replicas=Reading(1.0, now_s) if self.platform_read else None,
         )
@@ -275,6 +288,16 @@ async def test_partial_inputs_hold_the_count_and_never_lower_it() -> None:
         await d.tick()
         assert await d.workers() == {"gpu": 2.0, "cpu": 1.0}
         sensor.fail = True
+        await d.tick()
+        assert await d.workers() == {"gpu": 2.0, "cpu": 1.0}
+
+
+async def test_resources_that_are_no_number_hold_the_count() -> None:
+    sensor = GpuSensor()
+    async with daemon(metric_config(forecast=False), sensor) as d:
+        await d.tick()
+        assert await d.workers() == {"gpu": 2.0, "cpu": 1.0}
+        sensor.resources = {"GPU": float("nan"), "CPU": 1.0}
         await d.tick()
         assert await d.workers() == {"gpu": 2.0, "cpu": 1.0}
 

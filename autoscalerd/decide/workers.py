@@ -40,6 +40,9 @@ class WorkerPlan:
     workers: Mapping[str, int]
     # Bundles that fit no group's node shape, or that only groups at max_workers fit.
     unplaced_replicas: int
+    # Deployments whose resources per replica hold an amount that is no number (NaN,
+    # infinite): left out, so the counts are a lower bound and not to be acted on.
+    unknown: tuple[str, ...] = ()
 
 
 def bundle_runs(
@@ -50,13 +53,18 @@ def bundle_runs(
     gpus = 0.0
     for name in sorted(needs):
         replicas, resources = needs[name]
-        bundle = {k: float(v) for k, v in resources.items() if v and v > 0}
+        amounts = {k: float(v) for k, v in resources.items()}
+        if not all(math.isfinite(v) for v in amounts.values()):
+            continue  # an amount that is no number is unknown: as if none were known
+        bundle = {k: v for k, v in amounts.items() if v > 0}
         if not bundle or replicas <= 0:
             continue
         count = replicas
         gpu = bundle.get("GPU", 0.0)
         if max_gpus is not None and gpu:
-            count = min(replicas, max(0, math.floor((max_gpus + _EPSILON - gpus) / gpu)))
+            # Compared as a float first: a tiny GPU share makes the ratio infinite.
+            allowed = (max_gpus + _EPSILON - gpus) / gpu
+            count = replicas if allowed >= replicas else max(0, math.floor(allowed))
             gpus += count * gpu
         if count:
             runs.append((bundle, count))
@@ -124,7 +132,16 @@ def desired_workers(
             opened[group.name] += new
             count -= placed
         unplaced += count
-    return WorkerPlan(workers={g.name: opened[g.name] for g in groups}, unplaced_replicas=unplaced)
+    unknown = tuple(
+        name
+        for name in sorted(needs)
+        if not all(math.isfinite(float(v)) for v in needs[name][1].values())
+    )
+    return WorkerPlan(
+        workers={g.name: opened[g.name] for g in groups},
+        unplaced_replicas=unplaced,
+        unknown=unknown,
+    )
 
 
 def _fill(nodes: list[_Nodes], bundle: Mapping[str, float], count: int) -> int:
