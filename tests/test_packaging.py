@@ -92,7 +92,8 @@ def test_dockerfile_is_clean_under_hadolint() -> None:
 
 
 def test_kuberay_example_runs_autoscalerd_as_a_head_sidecar() -> None:
-    documents = list(yaml.safe_load_all((REPO / "config" / "kuberay-sidecar.yaml").read_text()))
+    path = REPO / "config" / "kubernetes" / "kuberay-sidecar.yaml"
+    documents = list(yaml.safe_load_all(path.read_text()))
     kinds = {doc["kind"]: doc for doc in documents}
     cluster: dict[str, Any] = kinds["RayCluster"]
     assert cluster["apiVersion"] == "ray.io/v1"
@@ -102,7 +103,8 @@ def test_kuberay_example_runs_autoscalerd_as_a_head_sidecar() -> None:
     assert mounts["/etc/autoscalerd"]["readOnly"] is True
     assert "/var/lib/autoscalerd" in mounts
     assert sidecar["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert "readinessProbe" not in sidecar  # it would gate the Ray head pod
+    # Ready while ticking, not on /readyz: stale Ray inputs must not unready the Ray head.
+    assert sidecar["readinessProbe"]["httpGet"]["path"] == "/healthz"
     assert sidecar["securityContext"]["runAsNonRoot"] is True
     config = parse_config(kinds["ConfigMap"]["data"]["config.yaml"], source="kuberay-sidecar")
     assert config.state.path == "/var/lib/autoscalerd/state.json"

@@ -483,7 +483,7 @@ def test_the_kuberay_sidecar_keeps_reads_behind_the_token() -> None:
 
     from autoscalerd.config import parse_config
 
-    path = Path(__file__).resolve().parents[1] / "config" / "kuberay-sidecar.yaml"
+    path = Path(__file__).resolve().parents[1] / "config" / "kubernetes" / "kuberay-sidecar.yaml"
     configmap = next(d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "ConfigMap")
     http = parse_config(configmap["data"]["config.yaml"], source="kuberay-sidecar").http
     assert http.addr.startswith("0.0.0.0:") and http.require_token_for_reads is True

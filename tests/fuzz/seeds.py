@@ -29,7 +29,8 @@ def configs() -> tuple[bytes, ...]:
         (REPO / "config" / name).read_bytes()
         for name in ("backtest.yaml", "demo.yaml", "example.yaml", "ray.yaml", "replay.yaml")
     ]
-    for document in yaml.safe_load_all((REPO / "config" / "kuberay-sidecar.yaml").read_text()):
+    kuberay = REPO / "config" / "kubernetes" / "kuberay-sidecar.yaml"
+    for document in yaml.safe_load_all(kuberay.read_text()):
         if isinstance(document, dict) and document.get("kind") == "ConfigMap":
             found.append(document["data"]["config.yaml"].encode())
     found.append(b"tick_s: 1\n")
