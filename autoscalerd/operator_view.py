@@ -4,17 +4,10 @@ override. Pure: the JSON in, text out; nothing here talks to the daemon."""
 
 from __future__ import annotations
 
-import io
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
-
-# A pipe or a file gets lines this wide at most: tables do not wrap mid-cell there.
-PLAIN_WIDTH = 200
 # Below this a clock reading is not a Unix time (a test's virtual clock): shown as is.
 _EPOCH_FLOOR_S = 1e9
 _LABEL_WIDTH = 28
@@ -181,14 +174,23 @@ def action_line(action: Mapping[str, Any], now_s: Any = None) -> str:
 # ---------------------------------------------------------------- status
 
 
-def render(renderable: Any, width: int = PLAIN_WIDTH) -> str:
-    """Rich output as plain text, lines without trailing blanks."""
-    buffer = io.StringIO()
-    console = Console(
-        file=buffer, width=width, color_system=None, highlight=False, emoji=False, markup=False
-    )
-    console.print(renderable)
-    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
+def table(columns: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str]]) -> str:
+    """A plain-text table: `columns` are (header, right-aligned); cells three spaces
+    apart, a rule under the header, no line wrapped (a pipe and grep read what a terminal
+    shows), lines without trailing blanks."""
+    body = [list(row) for row in rows]
+    widths = [
+        max(len(header), *(len(row[i]) for row in body)) for i, (header, _) in enumerate(columns)
+    ]
+
+    def line(cells: Sequence[str]) -> str:
+        return "   ".join(
+            cell.rjust(width) if right else cell.ljust(width)
+            for cell, width, (_, right) in zip(cells, widths, columns, strict=True)
+        ).rstrip()
+
+    rule = "─" * (sum(widths) + 3 * (len(widths) - 1))
+    return "\n".join([line([header for header, _ in columns]), rule, *map(line, body)])
 
 
 def status_text(status: Mapping[str, Any], deployment: str | None = None) -> str:
@@ -209,7 +211,7 @@ def status_text(status: Mapping[str, Any], deployment: str | None = None) -> str
     if not deployments:
         lines.append("no deployments managed yet")
         return "\n".join(lines)
-    lines.append(render(_table(deployments)))
+    lines.append(_table(deployments))
     notes = [line for name, entry in deployments.items() for line in _notes(name, entry, now_s)]
     for gpu in status.get("gpus_unattributed") or ():
         if gpu.get("state") != "healthy":
@@ -237,22 +239,23 @@ def _summary(status: Mapping[str, Any]) -> str:
     return f"autoscalerd {version} at {when(status.get('now_s'))}: {', '.join(state)}"
 
 
-def _table(deployments: Mapping[str, Any]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, safe_box=True)
-    for header, right in (
-        ("DEPLOYMENT", False),
-        ("LOAD/S", True),
-        ("UPPER/S", True),
-        ("DESIRED", True),
-        ("APPLIED", True),
-        ("RUNNING", True),
-        ("WAIT P99/BUDGET", True),
-        ("BURN FAST/SLOW", True),
-        ("SLO", False),
-        ("OPERATOR", False),
-        ("REASONS", False),
-    ):
-        table.add_column(header, justify="right" if right else "left", overflow="fold")
+_COLUMNS = (
+    ("DEPLOYMENT", False),
+    ("LOAD/S", True),
+    ("UPPER/S", True),
+    ("DESIRED", True),
+    ("APPLIED", True),
+    ("RUNNING", True),
+    ("WAIT P99/BUDGET", True),
+    ("BURN FAST/SLOW", True),
+    ("SLO", False),
+    ("OPERATOR", False),
+    ("REASONS", False),
+)
+
+
+def _table(deployments: Mapping[str, Any]) -> str:
+    rows = []
     for name, entry in deployments.items():
         decision = entry.get("last_decision") or {}
         unit = "" if decision.get("load_unit", "requests") == "requests" else " tok"
@@ -269,21 +272,23 @@ def _table(deployments: Mapping[str, Any]) -> Table:
             slo = "BREACHED " + ",".join(decision["slo_breached"])
         else:
             slo = "ok"
-        table.add_row(
-            name,
-            number(decision.get("arrival_rate_obs_per_s")) + unit,
-            number(decision.get("arrival_rate_upper_per_s")) + unit,
-            number(entry.get("target_replicas")),
-            number(entry.get("applied_replicas")),
-            number(_input(entry, "running_replicas"), 0),
-            f"{number(_input(entry, 'queue_wait_p99_s'))}/"
-            f"{number(decision.get('wait_budget_s'))} s",
-            f"{number(decision.get('burn_rate_fast'))}/{number(decision.get('burn_rate_slow'))}",
-            slo,
-            operator_cell,
-            " ".join(decision.get("reasons") or ()) or "-",
+        rows.append(
+            (
+                name,
+                number(decision.get("arrival_rate_obs_per_s")) + unit,
+                number(decision.get("arrival_rate_upper_per_s")) + unit,
+                number(entry.get("target_replicas")),
+                number(entry.get("applied_replicas")),
+                number(_input(entry, "running_replicas"), 0),
+                f"{number(_input(entry, 'queue_wait_p99_s'))}/"
+                f"{number(decision.get('wait_budget_s'))} s",
+                f"{number(decision.get('burn_rate_fast'))}/{number(decision.get('burn_rate_slow'))}",
+                slo,
+                operator_cell,
+                " ".join(decision.get("reasons") or ()) or "-",
+            )
         )
-    return table
+    return table(_COLUMNS, rows)
 
 
 def _notes(name: str, entry: Mapping[str, Any], now_s: Any) -> list[str]:
