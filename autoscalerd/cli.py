@@ -139,28 +139,13 @@ def bound_warnings(config: Config, path: str) -> list[str]:
 
 
 def _check_config(path: str) -> int:
-    config = load_config(path)
-    # Plugins named in the config must exist too: a typo there is a config error.
     from autoscalerd.act import registry
+    from autoscalerd.config import ConfigError, load_config
 
-    problems = []
-    for group, plugins, where in (
-        (registry.SENSOR_GROUP, config.sensors, "sensors"),
-        (registry.ACTUATOR_GROUP, config.actuators, "actuators"),
-    ):
-        for index, plugin in enumerate(plugins):
-            if plugin.type not in registry.available(group):
-                known = ", ".join(registry.available(group))
-                problems.append(
-                    f"{path}: {where}[{index}].type: unknown plugin {plugin.type!r}; "
-                    f"installed: {known}"
-                )
-                continue
-            try:
-                found = registry.check_settings(group, plugin, f"{where}[{index}]")
-            except ConfigError as exc:
-                found = exc.problems
-            problems.extend(f"{path}: {line}" for line in found)
+    config = load_config(path)
+    # Plugins named in the config must exist, and their settings fit their own schema:
+    # a typo there is a config error too.
+    problems = [f"{path}: {line}" for line in registry.check_plugins(config)]
     if problems:
         raise ConfigError(problems)
     for line in bound_warnings(config, path):

@@ -358,7 +358,9 @@ _Settings = TypeVar("_Settings", bound=BaseModel)
 
 
 def plugin_settings(model: type[_Settings], settings: Mapping[str, Any]) -> _Settings:
-    """Validate a plugin's settings block; ConfigError with one line per problem.
+    """Validate a plugin's settings block; ConfigError with one line per problem, each
+    starting with the setting's path inside the block (`retry.max_attempts: ...`; a
+    problem of the whole block starts with `(settings)`).
 
     For sensor and actuator plugins (first- and third-party): declare the settings as a
     pydantic model with `extra="forbid"` and call this from the constructor.
@@ -368,13 +370,32 @@ def plugin_settings(model: type[_Settings], settings: Mapping[str, Any]) -> _Set
     except ValidationError as exc:
         problems = []
         for error in exc.errors(include_url=False):
-            where = ".".join(str(part) for part in error["loc"]) or "(settings)"
+            loc = list(error["loc"])
+            where = _path(loc) if loc else "(settings)"
             if error["type"] == "extra_forbidden":
-                known = ", ".join(model.model_fields)
-                problems.append(f"{where}: unknown setting; known: {known}")
+                known = _model_at(loc[:-1], model)
+                hint = _did_you_mean(str(loc[-1]), list(known.model_fields) if known else [])
+                problems.append(_one_line(f"{where}: unknown setting; {hint or 'remove it'}"))
+            elif error["type"] == "missing":
+                problems.append(f"{where}: field required; add it")
             else:
-                problems.append(f"{where}: {str(error['msg']).lower()} (got {error['input']!r})")
+                message = str(error["msg"]).removeprefix("Value error, ").lower()
+                problems.append(_one_line(f"{where}: {message} (got {_shown(error['input'])})"))
         raise ConfigError(problems) from None
+
+
+def _did_you_mean(name: str, known: list[str], *, word: str = "known") -> str:
+    """'did you mean X?' for a near miss of a known name, else the known names; '' when
+    none are known."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {close[0]!r}?"
+    return f"{word}: {', '.join(known)}" if known else ""
+
+
+def _shown(value: Any) -> str:
+    """A value in an error: scalars as written, a mapping or a list by its type only."""
+    return type(value).__name__ if isinstance(value, dict | list) else repr(value)
 
 
 # ---------------------------------------------------------------- loading and error text
@@ -442,6 +463,8 @@ def _parse_config(text: str, source: str) -> Config:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         if "maximum nesting depth" in problem:  # libyaml's own limit
             raise RecursionError from None
+        if "single document" in str(getattr(exc, "context", None)):  # `---` between two
+            raise ConfigError([_one_line(f"{where}: {_several_documents(text)}")]) from None
         raise ConfigError(
             [f"{where}: YAML syntax error: {problem}; fix the indentation or quoting there"]
         ) from None
@@ -455,9 +478,10 @@ def _parse_config(text: str, source: str) -> Config:
     if _depth(raw, MAX_DEPTH) > MAX_DEPTH:
         raise RecursionError
     if not isinstance(raw, dict):
-        raise ConfigError(
-            [f"{source}: top level must be a mapping of settings, not a list or value"]
-        )
+        raise ConfigError([_one_line(f"{source}: {_not_a_mapping(raw)}")])
+    foreign = _foreign_format(raw)
+    if foreign is not None:
+        raise ConfigError([_one_line(f"{source}: {foreign}")])
     merged = _apply_defaults(raw)
     try:
         return Config.model_validate(merged)
@@ -465,6 +489,93 @@ def _parse_config(text: str, source: str) -> Config:
         raise ConfigError(
             [_one_line(f"{source}: {line}") for line in _describe(exc, merged)]
         ) from None
+
+
+# ---------------------------------------------------------------- the wrong file
+
+_SEE_EXAMPLE = "see config/example.yaml"
+_IN_A_CONFIGMAP = (
+    "autoscalerd's config is the config.yaml in a ConfigMap's data "
+    "(config/kubernetes/kuberay-sidecar.yaml shows one): check that on its own"
+)
+# Top-level keys that only another tool's file has, by what that file is.
+_SERVE_KEYS = frozenset({"applications", "proxy_location", "http_options", "grpc_options"})
+_RAY_CLUSTER_KEYS = frozenset(
+    {"cluster_name", "available_node_types", "head_node_type", "max_workers", "provider"}
+)
+
+
+def _foreign_format(raw: dict[Any, Any]) -> str | None:
+    """What another tool's file (Ray Serve's, KubeRay's, Ray's cluster launcher's) was
+    given as a config, in one sentence; None when it may be autoscalerd's own (any of
+    its top-level keys present, or none of another format's)."""
+    keys = {key for key in raw if isinstance(key, str)}
+    if keys & set(Config.model_fields):
+        return None
+    if {"apiVersion", "kind"} <= keys:
+        return (
+            f"this looks like a Kubernetes manifest ({_kind(raw.get('kind'))}), not an "
+            f"autoscalerd config; {_IN_A_CONFIGMAP}; {_SEE_EXAMPLE}"
+        )
+    if keys & _SERVE_KEYS:
+        return (
+            "this looks like a Ray Serve config (serve deploy), not an autoscalerd config; "
+            "an autoscalerd config names its sensors, actuators and deployments; " + _SEE_EXAMPLE
+        )
+    if len(keys & _RAY_CLUSTER_KEYS) >= 2:
+        return (
+            "this looks like a Ray cluster launcher config (ray up), not an autoscalerd "
+            "config; an autoscalerd config names its sensors, actuators and deployments; "
+            + _SEE_EXAMPLE
+        )
+    return None
+
+
+def _kind(kind: Any) -> str:
+    """A manifest's kind for an error: `kind: RayService`, if it is a plain name."""
+    if isinstance(kind, str) and kind.isidentifier() and len(kind) <= 64:
+        return f"kind: {kind}"
+    return "apiVersion and kind at the top"
+
+
+def _several_documents(text: str) -> str:
+    """The line for a file of several YAML documents (`---` between them)."""
+    try:
+        documents = [d for d in yaml.load_all(text, Loader=_YAML_LOADER) if d is not None]
+    except (yaml.YAMLError, ValueError, RecursionError):
+        documents = []
+    kinds = [
+        d["kind"]
+        for d in documents
+        if isinstance(d, dict) and "apiVersion" in d and isinstance(d.get("kind"), str)
+    ]
+    if documents and len(kinds) == len(documents):
+        shown = ", ".join(k if k.isidentifier() and len(k) <= 64 else "?" for k in kinds)
+        return (
+            f"this looks like Kubernetes manifests (kinds: {shown}), not an autoscalerd "
+            f"config; {_IN_A_CONFIGMAP}; {_SEE_EXAMPLE}"
+        )
+    return (
+        "several YAML documents (separated by ---); an autoscalerd config is one document: "
+        f"keep one, or put each in its own file; {_SEE_EXAMPLE}"
+    )
+
+
+def _not_a_mapping(raw: Any) -> str:
+    """The line for a top level that is a list or a single value."""
+    if not isinstance(raw, list):
+        return (
+            f"top level must be a mapping of settings, not a value (got {type(raw).__name__}); "
+            + _SEE_EXAMPLE
+        )
+    entries = [entry for entry in raw if isinstance(entry, dict)]
+    if entries and all("name" in entry for entry in entries):
+        hint = "a list of deployments goes under `deployments:`"
+    elif entries and all("type" in entry for entry in entries):
+        hint = "a list of plugins goes under `sensors:` or `actuators:`"
+    else:
+        hint = "it starts with keys such as `sensors:`, `actuators:` and `deployments:`"
+    return f"top level must be a mapping of settings, not a list; {hint}; {_SEE_EXAMPLE}"
 
 
 def _one_line(text: str) -> str:
@@ -518,14 +629,13 @@ def _unknown_key(loc: list[Any], raw: Any) -> str:
     parent = _model_at(loc[:-1])
     hint = "remove it"
     if parent is not None:
-        known = list(parent.model_fields)
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+        hint = _did_you_mean(key, list(parent.model_fields), word="known keys") or hint
     return f"{_path(loc)}: unknown key; {hint}"
 
 
-def _model_at(loc: list[Any]) -> type[BaseModel] | None:
-    model: type[BaseModel] = Config
+def _model_at(loc: list[Any], root: type[BaseModel] = Config) -> type[BaseModel] | None:
+    """The model that validates the mapping at `loc` (list indices skipped), or None."""
+    model: type[BaseModel] = root
     for part in loc:
         if isinstance(part, int):
             continue

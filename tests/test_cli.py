@@ -85,7 +85,7 @@ BAD_CONFIGS = {
     ),
     "plugin_typo": (
         "sensors:\n  - type: ray_serve\n    metrics_intervl_s: 2\n",
-        ["sensors[0].metrics_intervl_s: unknown setting; known: metrics_interval_s"],
+        ["sensors[0].metrics_intervl_s: unknown setting; did you mean 'metrics_interval_s'?"],
     ),
     "empty": ("", ["empty"]),
     "comments_only": ("# nothing here\n", ["empty"]),

@@ -8,6 +8,7 @@ error at start-up (exit 2), not a failure at the first tick.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -46,8 +47,7 @@ def factory(group: str, name: str, where: str) -> Callable[..., object]:
     """The class or callable registered as `name` in `group`; ConfigError if there is none."""
     matches = [ep for ep in entry_points(group=group) if ep.name == name]
     if not matches:
-        known = ", ".join(available(group)) or "none installed"
-        raise ConfigError([f"{where}.type: unknown plugin {name!r}; installed: {known}"])
+        raise ConfigError([f"{where}.type: unknown plugin {name!r}; {_unknown_hint(group, name)}"])
     try:
         loaded = matches[0].load()
     except Exception as exc:  # a broken third-party plugin must not crash with a traceback
@@ -60,6 +60,32 @@ def factory(group: str, name: str, where: str) -> Callable[..., object]:
     if not callable(loaded):
         raise ConfigError([f"{where}.type: plugin {name!r} names {loaded!r}, not a class; {_FIX}"])
     return loaded
+
+
+def _unknown_hint(group: str, name: str) -> str:
+    """A near miss of an installed plugin's name, else what is installed."""
+    installed = available(group)
+    close = difflib.get_close_matches(name, installed, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {close[0]!r}?"
+    known = ", ".join(installed) or "none"
+    return f"installed: {known} (a third-party plugin must be installed in this environment)"
+
+
+def check_plugins(config: Config) -> list[str]:
+    """Every sensor and actuator the config names, checked without building it
+    (`check_settings`): one line per problem, each with its YAML path."""
+    problems: list[str] = []
+    for group, plugins, where in (
+        (SENSOR_GROUP, config.sensors, "sensors"),
+        (ACTUATOR_GROUP, config.actuators, "actuators"),
+    ):
+        for index, plugin in enumerate(plugins):
+            try:
+                problems.extend(check_settings(group, plugin, f"{where}[{index}]"))
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+    return problems
 
 
 def check_settings(group: str, plugin: PluginConfig, where: str) -> list[str]:
@@ -84,7 +110,14 @@ def check_settings(group: str, plugin: PluginConfig, where: str) -> list[str]:
     try:
         plugin_settings(model, plugin.settings)
     except ConfigError as exc:
-        return [f"{where}.{line}" for line in exc.problems]
+        # Each line starts with the setting's path in the block: `timeout_s: ...` reads
+        # `sensors[0].timeout_s: ...`; a problem of the whole block, `sensors[0]: ...`.
+        return [
+            f"{where}: {line.removeprefix('(settings): ')}"
+            if line.startswith("(settings)")
+            else f"{where}.{line}"
+            for line in exc.problems
+        ]
     return []
 
 
