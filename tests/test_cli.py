@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -192,3 +193,74 @@ def test_signals_stop_the_loop_cleanly(signum: int, cli_env: dict[str, str]) -> 
     assert proc.returncode == 0, err
     assert '"event": "stopped"' in out
     assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------- the console log
+
+
+def console_run(tmp_path: Path, env: dict[str, str], *, tty: bool) -> tuple[int, str]:
+    """`autoscalerd run --dry-run --log-format console` over a two-minute trace, its
+    stdout a terminal (a pseudo-terminal) or a pipe."""
+    import os
+    import pty
+
+    from tests.test_service import write_trace
+
+    trace = write_trace(tmp_path / "trace.csv", [(60, 2.0), (60, 40.0)])
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "discovery: {enabled: false}\nhttp: {enabled: false}\n"
+        f"sensors:\n  - type: replay\n    path: {trace}\n    deployment: llm/chat\n"
+        "deployments:\n  - name: llm/chat\n    autoscaling: {upscale_delay_s: 0}\n"
+    )
+    args = [autoscalerd_bin(), "run", "--dry-run", "--config", str(config)]
+    args += ["--log-format", "console"]
+    if not tty:
+        result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+        return result.returncode, result.stdout
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(args, env=env, stdout=secondary, stderr=subprocess.DEVNULL)
+    os.close(secondary)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # the process ended and closed its side
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(primary)
+    return proc.wait(timeout=60), b"".join(chunks).decode()
+
+
+@pytest.mark.parametrize(
+    ("tty", "no_color", "coloured"),
+    [(True, None, True), (True, "1", False), (True, "", True), (False, None, False)],
+)
+def test_console_colour_only_on_a_terminal_and_never_under_no_color(
+    tty: bool, no_color: str | None, coloured: bool, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    env = {k: v for k, v in cli_env.items() if k not in ("NO_COLOR", "TERM")}
+    env["TERM"] = "xterm"
+    if no_color is not None:
+        env["NO_COLOR"] = no_color  # https://no-color.org: any non-empty value disables it
+    code, out = console_run(tmp_path, env, tty=tty)
+    assert code == 0, out
+    assert "decision" in out
+    assert ("\x1b[" in out) is coloured, out[:500]
+
+
+def test_a_console_decision_line_leads_with_the_deployment_and_target(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    code, out = console_run(tmp_path, cli_env, tty=False)
+    assert code == 0, out
+    decisions = [line for line in out.splitlines() if " decision " in line]
+    assert decisions, out
+    for line in decisions:
+        _, _, rest = line.partition("] [autoscalerd.loop] decision llm/chat ")
+        assert rest, line
+        # target first, then previous and the reasons, then the rest.
+        assert re.match(r"target=\d+ previous=\d+ reasons=\[", rest), line
+        assert "dry_run=True" in rest and "deployment=" not in rest
