@@ -3,26 +3,41 @@ status | explain | pause | resume | override (operator_cli.py, against the HTTP 
 
 Exit codes: 0 ok, 1 runtime failure, 2 bad usage or bad config. Errors are one line on
 stderr; a traceback is shown only with AUTOSCALERD_DEBUG=1.
+
+Each command imports what it needs when it runs, so that `--version`, `check-config`,
+`run` and the operator commands never load the backtest's and the demo's dependencies
+(pandas, matplotlib, rich, Ray; tests/test_packaging.py checks it): the parsers of
+`backtest` and `demo` are built only when one of them is the command.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import signal
 import sys
-import time
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autoscalerd import __version__, logs, operator_cli
-from autoscalerd.config import Config, ConfigError, HttpConfig, load_config
-from autoscalerd.demo import run as demo_cli
-from autoscalerd.sim import cli as backtest_cli
+from autoscalerd import __version__, extras, operator_cli
+
+if TYPE_CHECKING:
+    from autoscalerd.config import Config
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+# Commands whose module (parser and implementation) is imported only when it is the
+# command: the module, and the help line `autoscalerd --help` shows meanwhile.
+_LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "backtest": (
+        "autoscalerd.sim.cli",
+        "replay a trace through autoscalerd and its peers in a simulated cluster",
+    ),
+    "demo": (
+        "autoscalerd.demo.run",
+        "autoscale an embedded local Ray cluster under a real trace, with a report",
+    ),
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,7 +47,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"autoscalerd: {message}; see `{self.prog} --help`\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; `command` (the one being run) gets its full parser even
+    when its module is imported lazily (the others get their help line only)."""
     parser = _Parser(
         prog="autoscalerd", description="Predictive, SLO-guarded autoscaler for Ray Serve."
     )
@@ -63,10 +80,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("version", help="print the version")
 
-    backtest_cli.add_parser(sub)
-    demo_cli.add_parser(sub)
+    for name, (_, help_line) in _LAZY_COMMANDS.items():
+        if name == command:
+            _lazy_module(name).add_parser(sub)
+        else:
+            sub.add_parser(name, help=help_line)
     operator_cli.add_parsers(sub)
     return parser
+
+
+def _lazy_module(command: str) -> Any:
+    """The module of a lazily imported command; MissingExtra when its extra is not
+    installed (checked before the import, which would fail half-way)."""
+    if command == "backtest":
+        extras.require("backtest")  # its module imports pandas and rich
+    import importlib
+
+    return importlib.import_module(_LAZY_COMMANDS[command][0])
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand named in `argv`: the first word not an option (the top level has
+    options without values only: --help, --version)."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def _positive_float(text: str) -> float:
@@ -80,8 +116,16 @@ def _positive_float(text: str) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command_in(argv)
+    try:
+        parser = build_parser(command)
+    except extras.MissingExtra as exc:
+        print(f"autoscalerd: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    args = parser.parse_args(argv)  # --version and --help exit here, nothing else loaded
+    from autoscalerd.config import ConfigError
+
     try:
         if args.command == "run":
             return _run(args)
@@ -90,10 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "version":
             print(f"autoscalerd {__version__}")
             return EXIT_OK
-        if args.command == "backtest":
-            return int(backtest_cli.run(args))
-        if args.command == "demo":
-            return demo_cli.run(args)
+        if args.command in _LAZY_COMMANDS:
+            return int(_lazy_module(args.command).run(args))
         if args.command in operator_cli.COMMANDS:
             return operator_cli.run(args)
         parser.print_help(sys.stderr)
@@ -102,9 +144,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in exc.problems:
             print(f"autoscalerd: {line}", file=sys.stderr)
         return EXIT_USAGE
+    except extras.MissingExtra as exc:
+        print(f"autoscalerd: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_OK
     except Exception as exc:
+        missing = (
+            extras.for_missing_module(args.command, exc)
+            if isinstance(exc, ModuleNotFoundError)
+            else None
+        )
+        if missing is not None:
+            print(f"autoscalerd: {missing}", file=sys.stderr)
+            return EXIT_USAGE
         if os.environ.get("AUTOSCALERD_DEBUG"):
             traceback.print_exc()
         print(
@@ -157,6 +210,11 @@ def _check_config(path: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from autoscalerd import logs
+    from autoscalerd.config import ConfigError, HttpConfig, load_config
+
     config = load_config(args.config)
     if args.http_addr:
         try:
@@ -173,6 +231,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: Config, args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+    import time
+
+    from autoscalerd import logs
     from autoscalerd import state as saved_state
     from autoscalerd.act import registry
     from autoscalerd.act.base import Actuator, ActuatorContext
@@ -285,6 +348,9 @@ async def _serve(config: Config, args: argparse.Namespace) -> int:
 def _reload(controller: Any, args: argparse.Namespace, metrics: Any, notifier: Any) -> None:
     """SIGHUP: re-read the config. Invalid: rejected whole, the running one kept. Valid:
     applied at the next tick; every deployment keeps its state."""
+    from autoscalerd import logs
+    from autoscalerd.config import ConfigError, load_config
+
     log = logs.get("autoscalerd")
     notifier.reloading()
     try:

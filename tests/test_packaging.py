@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import signal
 import subprocess
+import sys
+import time
+import urllib.request
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +18,9 @@ import pytest
 import yaml
 
 from autoscalerd.config import parse_config
+from tests.daemon import free_port
 from tests.helpers import REPO, autoscalerd_bin
+from tests.test_service import write_trace
 
 UNIT = REPO / "systemd" / "autoscalerd.service"
 INSTALLED_BIN = "/opt/autoscalerd/bin/autoscalerd"
@@ -109,3 +117,191 @@ def test_kuberay_example_runs_autoscalerd_as_a_head_sidecar() -> None:
     config = parse_config(kinds["ConfigMap"]["data"]["config.yaml"], source="kuberay-sidecar")
     assert config.state.path == "/var/lib/autoscalerd/state.json"
     assert config.cluster.dashboard_url == "http://127.0.0.1:8265"
+
+
+# ---------------------------------------------------------------- the slim daemon
+
+# What the daemon's commands must never load: the backtest's and the demo's dependencies
+# (statsmodels comes with the forecaster's first refit, not with start-up).
+HEAVY = ("pandas", "matplotlib", "rich", "statsmodels", "ray")
+# The console script's own entry, then the top-level modules of HEAVY that were imported,
+# written to the file named first: what a user's `autoscalerd ARGS...` loads.
+REPORT_MODULES = """
+import json, sys
+from autoscalerd.cli import main
+out, argv = sys.argv[1], sys.argv[2:]
+try:
+    code = main(argv)
+except SystemExit as exc:  # argparse's --version and --help
+    code = exc.code
+heavy = sorted({name.partition(".")[0] for name in sys.modules} & set(json.loads(%r)))
+with open(out, "w") as f:
+    json.dump({"code": code, "heavy": heavy}, f)
+sys.exit(code)
+"""
+
+
+def entry(
+    out: Path, *args: str, env: dict[str, str], timeout_s: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", REPORT_MODULES % json.dumps(HEAVY), str(out), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def loaded(out: Path) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads(out.read_text())
+    return report
+
+
+def test_the_console_script_is_the_entry_the_checks_call() -> None:
+    [script] = [e for e in entry_points(group="console_scripts") if e.name == "autoscalerd"]
+    assert script.value == "autoscalerd.cli:main"
+
+
+def test_the_daemon_and_operator_commands_load_none_of_the_heavy_modules(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    port = free_port()
+    token = "slim-test-token"
+    # Five minutes of trace, bucketed by the minute: the forecaster runs (EWMA) but is
+    # still short of its first refit, which is where statsmodels comes in.
+    trace = write_trace(tmp_path / "trace.csv", [(300, 20.0)])
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "discovery": {"enabled": False},
+                "http": {"addr": f"127.0.0.1:{port}", "token_env": "SLIM_TEST_TOKEN"},
+                "sensors": [{"type": "replay", "path": str(trace), "deployment": "llm/chat"}],
+                "actuators": [{"type": "log"}],
+                "deployments": [{"name": "llm/chat", "forecast": {"bucket_s": 60}}],
+            }
+        )
+    )
+    env = {**cli_env, "SLIM_TEST_TOKEN": token, "AUTOSCALERD_TOKEN": token}
+    env["AUTOSCALERD_URL"] = f"http://127.0.0.1:{port}"
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    for name, args in {
+        "version": ["--version"],
+        "help": ["--help"],
+        "check-config": ["check-config", "config/example.yaml"],
+        "check-config-replay": ["check-config", str(config)],
+    }.items():
+        result = entry(reports / name, *args, env=env)
+        assert result.returncode == 0, result.stderr
+        assert loaded(reports / name)["heavy"] == [], (name, loaded(reports / name))
+
+    run = ["run", "--config", str(config), "--speed", "2"]
+    daemon = subprocess.Popen(
+        [sys.executable, "-c", REPORT_MODULES % json.dumps(HEAVY), str(reports / "run"), *run],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert daemon.poll() is None, daemon.communicate()[1]
+            try:
+                with urllib.request.urlopen(f"{env['AUTOSCALERD_URL']}/readyz", timeout=2):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the daemon never got ready"
+                time.sleep(0.1)
+        for name, args in {
+            "status": ["status"],
+            "explain": ["explain", "llm/chat"],
+            "pause": ["pause", "llm/chat", "--reason", "slim check"],
+            "override": ["override", "llm/chat", "2", "--reason", "slim check"],
+            "resume": ["resume", "llm/chat", "--reason", "slim check"],
+        }.items():
+            result = entry(reports / name, *args, env=env)
+            assert result.returncode == 0, (name, result.stderr)
+            assert result.stdout.strip(), name  # it printed what it got from the daemon
+            assert loaded(reports / name)["heavy"] == [], (name, loaded(reports / name))
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=20)
+    assert daemon.returncode == 0, err
+    assert loaded(reports / "run") == {"code": 0, "heavy": []}
+
+
+def test_the_backtest_does_load_them_so_the_check_can_fail(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The same check on a command that needs the extra: it sees pandas and rich."""
+    trace = write_trace(tmp_path / "trace.csv", [(60, 2.0)])
+    out = tmp_path / "backtest"
+    result = entry(
+        out, "backtest", "--trace", str(trace), "--policy", "hpa", "--no-progress", env=cli_env
+    )
+    assert result.returncode == 0, result.stderr
+    assert {"pandas", "rich"} <= set(loaded(out)["heavy"])
+
+
+# ---------------------------------------------------------------- a missing extra
+
+# Runs the console script's entry with the named modules made unimportable, as if the
+# extra were not installed (`import X` raises ModuleNotFoundError; nothing is uninstalled),
+# and optionally with no `ray` executable beside this Python or on PATH.
+WITHOUT = """
+import sys
+blocked, argv = sys.argv[1], sys.argv[2:]
+for name in filter(None, blocked.split(",")):
+    sys.modules[name] = None
+if "ray-executable" in blocked.split(","):
+    sys.executable = "/nonexistent/bin/python"
+from autoscalerd.cli import main
+sys.exit(main(argv))
+"""
+BACKTEST_LINE = (
+    "autoscalerd: the backtest needs the \"backtest\" extra: pip install 'autoscalerd[backtest]'"
+)
+DEMO_LINE = "autoscalerd: the demo needs the \"demo\" extra: pip install 'autoscalerd[demo]'"
+
+
+@pytest.mark.parametrize(
+    ("blocked", "args", "line"),
+    [
+        ("rich", ["backtest", "--trace", "TRACE", "--no-progress"], BACKTEST_LINE),
+        ("pandas", ["backtest", "--help"], BACKTEST_LINE),
+        ("matplotlib", ["backtest", "--trace", "TRACE", "--plot", "OUT"], BACKTEST_LINE),
+        # Ray only where the ray-serve policy needs it, after the other checks passed.
+        ("ray", ["backtest", "--trace", "TRACE", "--policy", "ray-serve"], BACKTEST_LINE),
+        ("ray", ["demo"], DEMO_LINE),
+        ("ray-executable", ["demo"], DEMO_LINE),
+        ("matplotlib", ["demo"], DEMO_LINE),
+    ],
+)
+def test_a_command_without_its_extra_says_which_to_install_in_one_line(
+    blocked: str, args: list[str], line: str, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    trace = write_trace(tmp_path / "trace.csv", [(60, 2.0)])
+    plot = tmp_path / "out.png"
+    argv = [{"TRACE": str(trace), "OUT": str(plot)}.get(a, a) for a in args]
+    env = dict(cli_env)
+    if blocked == "ray-executable":
+        env["PATH"] = "/usr/bin:/bin"
+        assert shutil.which("ray", path=env["PATH"]) is None
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT, blocked, *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip() == line, result.stderr
+    assert not plot.exists()
+    # The demo checked before it started anything.
+    assert "starting a local Ray cluster" not in result.stdout

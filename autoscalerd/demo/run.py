@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autoscalerd import logs
+from autoscalerd import extras, logs
 from autoscalerd.config import Config, ConfigError, PluginConfig, load_config
 from autoscalerd.decide.gpu_health import ReplicaPlacement
 
@@ -137,7 +137,11 @@ def plan(args: argparse.Namespace) -> Plan:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 0 with a report, 2 on bad input, 1 when the cluster or the run failed."""
+    """Exit 0 with a report, 2 on bad input or without the demo extra, 1 when the cluster
+    or the run failed."""
+    # Ray (its module and the `ray` executable that starts the cluster), pandas, rich and
+    # matplotlib, checked before anything starts: one line if the extra is missing.
+    extras.require("demo")
     logs.configure("error", stream=sys.stderr)
     the_plan = plan(args)
     from autoscalerd.emulator import cluster as local
