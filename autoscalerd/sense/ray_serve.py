@@ -14,9 +14,7 @@ the platform's view a load reading cannot be trusted to mean "no traffic".
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -28,26 +26,30 @@ from autoscalerd import logs
 from autoscalerd.config import Config, plugin_settings
 from autoscalerd.dashboard import DashboardClient, DashboardError, find_token
 from autoscalerd.decide.gpu_health import GpuReading
-from autoscalerd.model import Histogram, Observation, Reading
+from autoscalerd.model import Observation
 from autoscalerd.sense import gpu_series
 from autoscalerd.sense import serve_metrics as sm
-from autoscalerd.sense.base import DeploymentInfo, SenseResult
-from autoscalerd.sense.moments import second_moment
+from autoscalerd.sense.background import Rounds
+from autoscalerd.sense.base import SenseResult
+from autoscalerd.sense.problems import ProblemLog
 from autoscalerd.sense.prometheus import MetricsParseError, parse
 from autoscalerd.sense.serve_api import (
     MetricsTarget,
     ServeDeployment,
     ServeState,
     ShapeError,
-    parse_applications,
     parse_metrics_targets,
     parse_service_discovery,
 )
+from autoscalerd.sense.serve_platform import ServePlatform
+from autoscalerd.sense.serve_readings import (
+    Windows,
+    load_fields,
+    platform_fields,
+)
 
-APPLICATIONS_PATH = "/api/serve/applications/"
 _FAMILIES = sm.FAMILY_NAMES | gpu_series.GPU_FAMILIES
 NODES_PATH = "/nodes?view=summary"
-P99 = 0.99
 
 
 class RayServeSettings(BaseModel):
@@ -88,8 +90,6 @@ class RayServeSensor:
         self._config = config
         self._cluster = config.cluster
         self._wall = wall_clock
-        # The loop waits at most max(1, 0.8·tick) for a sensor; the first answer must fit.
-        self._first_wait_s = 0.75 * max(1.0, 0.8 * config.tick_s)
         self._client = DashboardClient(
             self._cluster.dashboard_url,
             lambda: find_token(self._cluster),
@@ -105,13 +105,13 @@ class RayServeSensor:
             keep_s=keep_s + 2 * self.settings.metrics_interval_s,
             gap_s=max(5.0, 3 * self.settings.metrics_interval_s),
         )
-        self._log = logs.get("autoscalerd.sensor.ray_serve").bind(
-            dashboard=self._cluster.dashboard_url
+        self._problems = ProblemLog(
+            logs.get("autoscalerd.sensor.ray_serve").bind(dashboard=self._cluster.dashboard_url)
         )
         # What the poller last fetched.
-        self._state: ServeState | None = None
-        self._state_at_s: float | None = None
-        self._dashboard_error: str | None = None
+        self._platform = ServePlatform(
+            self._client, self._cluster.dashboard_url, self.name, self._wall, self._problems
+        )
         self._metrics_error: str | None = None
         self._targets: list[MetricsTarget] = []
         self._targets_at_s: float | None = None
@@ -122,52 +122,30 @@ class RayServeSensor:
         # url -> the book's round count after the last round it answered cleanly in.
         self._answered_last_round: dict[str, int] = {}
         self._last_scrape_s: float | None = None
-        self._reported: dict[str, str] = {}
-        self._poller: asyncio.Task[None] | None = None
-        self._first_round = asyncio.Event()
+        # The loop waits at most max(1, 0.8·tick) for a sensor; the first answer must fit.
+        self._rounds = Rounds(
+            "ray_serve-poller",
+            config.tick_s,
+            0.75 * max(1.0, 0.8 * config.tick_s),
+            self.poll_once,
+            self._platform.failed,
+        )
         self.rounds = 0
 
     # ------------------------------------------------------------------ Sensor protocol
 
     async def sense(self, now_s: float) -> SenseResult:
         try:
-            self._ensure_poller()
-            if not self._first_round.is_set():
-                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                    await asyncio.wait_for(self._first_round.wait(), self._first_wait_s)
+            await self._rounds.ready()
             return self._result()
         except Exception as exc:  # a sensor never raises into the loop
             return SenseResult({}, {}, error=f"ray_serve sensor: {type(exc).__name__}: {exc}")
 
     async def close(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._poller
-            self._poller = None
+        await self._rounds.close()
         await self._client.close()
 
     # ------------------------------------------------------------------ the poller
-
-    def _ensure_poller(self) -> None:
-        if self._poller is None or self._poller.done():
-            self._poller = asyncio.get_running_loop().create_task(
-                self._poll_forever(), name="ray_serve-poller"
-            )
-
-    async def _poll_forever(self) -> None:
-        period_s = self._config.tick_s
-        while True:
-            started = time.monotonic()
-            try:
-                await self.poll_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # keep polling whatever one round did
-                self._dashboard_error = f"ray_serve sensor: {type(exc).__name__}: {exc}"
-            finally:
-                self._first_round.set()
-            await asyncio.sleep(max(0.05, period_s - (time.monotonic() - started)))
 
     async def poll_once(self) -> None:
         """One round: the applications, the node list when due, the metrics when due."""
@@ -180,7 +158,7 @@ class RayServeSensor:
             # Nothing to scrape yet: learn the endpoints first, so this round has metrics.
             self._use_targets(await self._fetch_targets())
         refresh = self._targets_due(now_s)
-        apps_task = asyncio.ensure_future(self._fetch_applications())
+        apps_task = asyncio.ensure_future(self._platform.fetch())
         nodes_task = asyncio.ensure_future(self._fetch_targets()) if refresh else None
         scrape_task = asyncio.ensure_future(self._scrape(list(self._targets))) if scrape else None
         pending = [t for t in (apps_task, nodes_task, scrape_task) if t is not None]
@@ -188,16 +166,11 @@ class RayServeSensor:
         if nodes_task is not None:
             self._use_targets(nodes_task.result())
 
-        state_or_error = apps_task.result()
-        if isinstance(state_or_error, str):
-            # Reported through SenseResult.error: the loop logs it once per change.
-            self._dashboard_error = state_or_error
+        state = self._platform.keep(apps_task.result())
+        if state is None:
             # Scrapes are not ingested: without the platform's view they cannot be
             # attributed, and skipping them makes the windows restart after the outage.
             return
-        state, state_at_s = state_or_error
-        self._state, self._state_at_s = state, state_at_s
-        self._dashboard_error = None
         if scrape_task is not None:
             self._ingest(state, scrape_task.result())
             self._last_scrape_s = now_s
@@ -216,30 +189,12 @@ class RayServeSensor:
         if now_s - self._targets_at_s >= self.settings.nodes_refresh_s:
             return True
         # A replica on a node we do not scrape yet: a node just joined.
-        if self._state is not None and self.settings.scrape_nodes:
+        if self._platform.state is not None and self.settings.scrape_nodes:
             scraped = {t.node_id for t in self._targets}
-            for dep in self._state.deployments.values():
+            for dep in self._platform.state.deployments.values():
                 if not dep.node_ids <= scraped:
                     return now_s - self._targets_at_s >= self.settings.metrics_interval_s
         return False
-
-    async def _fetch_applications(self) -> tuple[ServeState, float] | str:
-        try:
-            body = await self._client.get_json(APPLICATIONS_PATH)
-            fetched_at_s = self._wall()
-            state = parse_applications(body)
-            self._report(
-                "applications",
-                f"{len(state.skipped)} entries not in Serve's shape, left out: "
-                + "; ".join(state.skipped[:3])
-                if state.skipped
-                else "",
-            )
-            return state, fetched_at_s
-        except DashboardError as exc:
-            return str(exc)
-        except ShapeError as exc:
-            return f"dashboard {self._cluster.dashboard_url}{APPLICATIONS_PATH}: {exc}"
 
     async def _fetch_targets(self) -> list[MetricsTarget] | None:
         extra = [MetricsTarget("", url) for url in self._cluster.metrics_urls]
@@ -252,7 +207,7 @@ class RayServeSensor:
             from_file = self._service_discovery()
             if from_file is not None:
                 return from_file + extra
-            self._report("nodes", f"cannot list nodes' metrics ports: {exc}")
+            self._problems.report("nodes", f"cannot list nodes' metrics ports: {exc}")
             return None
 
     def _service_discovery(self) -> list[MetricsTarget] | None:
@@ -342,7 +297,7 @@ class RayServeSensor:
             f"{len(failures)} of {len(answers)} endpoints failed: {failures[0]}" if failures else ""
         )
         # A total failure is SenseResult.error; a partial one only reaches the log.
-        self._report("metrics", "" if self._metrics_error else partial)
+        self._problems.report("metrics", "" if self._metrics_error else partial)
 
     def _head_like(self, url: str) -> bool:
         """The dashboard's own host: the head, where Serve's proxy and controller run."""
@@ -350,194 +305,25 @@ class RayServeSensor:
 
         return urlsplit(url).hostname == urlsplit(self._cluster.dashboard_url).hostname
 
-    def _report(self, what: str, error: str) -> None:
-        """Log a problem when it starts or changes, and its end once: not every round."""
-        previous = self._reported.get(what, "")
-        if error == previous:
-            return
-        self._reported[what] = error
-        if error:
-            self._log.warning("sensor_problem", part=what, error=error)
-        else:
-            self._log.info("sensor_recovered", part=what)
-
     # ------------------------------------------------------------------ the answer
 
     def _result(self) -> SenseResult:
-        state = self._state
-        if state is None:
-            error = self._dashboard_error or (
-                f"ray_serve sensor: no answer yet from {self._cluster.dashboard_url}"
-            )
-            return SenseResult({}, {}, error=error)
-        state_at_s = self._state_at_s if self._state_at_s is not None else self._wall()
-        infos = {
-            name: _info(dep, state_at_s, state.controller_id)
-            for name, dep in state.deployments.items()
-        }
-        if self._dashboard_error is not None:
-            unknown = {
-                name: Observation(deployment=name, sensed_at_s=self._wall()) for name in infos
-            }
-            return SenseResult(unknown, infos, error=self._dashboard_error)
-        observations = {
-            name: self._observation(dep, state_at_s) for name, dep in state.deployments.items()
-        }
         gpus = tuple(gpu for readings in self._gpus.values() for gpu in readings)
-        return SenseResult(observations, infos, error=self._metrics_error, gpus=gpus)
+        return self._platform.result(self._observation, self._metrics_error, gpus)
 
     def _observation(self, dep: ServeDeployment, state_at_s: float) -> Observation:
-        fields: dict[str, Any] = {
-            "running_replicas": Reading(float(dep.running_replicas), state_at_s),
-            "starting_replicas": Reading(float(dep.starting_replicas), state_at_s),
-        }
-        if dep.max_ongoing_requests is not None:
-            # The replica model's slots: Serve reports them with the deployment's config.
-            fields["max_ongoing_requests"] = Reading(float(dep.max_ongoing_requests), state_at_s)
-        if dep.target_replicas is not None:
-            fields["platform_target_replicas"] = Reading(float(dep.target_replicas), state_at_s)
+        fields = platform_fields(dep, state_at_s)
         book = self._book
         round_s = book.last_mark_s
         # Load only from a metrics pipeline that is alive: with no Serve series at all,
         # "nothing reported" would wrongly read as "no traffic".
         if round_s is None or self._metrics_error is not None or book.serve_samples_last_round == 0:
             return Observation(deployment=dep.name, sensed_at_s=self._wall(), **fields)
-        name = dep.name
         window_s = self.settings.rate_window_s
-        look_back_s = self._config.deployment(name).autoscaling.look_back_period_s
-
-        def put(field: str, value: float | None, at_s: float) -> None:
-            if value is not None:
-                fields[field] = Reading(value, at_s)
-
-        put("arrival_rate_per_s", book.rate_per_s(name, sm.ROUTER_REQUESTS, window_s), round_s)
-        put(
-            "completion_rate_per_s",
-            book.rate_per_s(name, sm.REPLICA_COMPLETIONS, window_s),
-            round_s,
-        )
-        if book.has(name, sm.VLLM_PROMPT_TOKENS) or book.has(name, sm.VLLM_GENERATION_TOKENS):
-            prompt = book.rate_per_s(name, sm.VLLM_PROMPT_TOKENS, window_s)
-            generated = book.rate_per_s(name, sm.VLLM_GENERATION_TOKENS, window_s)
-            if prompt is not None and generated is not None:
-                put("token_rate_per_s", prompt + generated, round_s)
-
-        ongoing = book.gauge(name, sm.REPLICA_PROCESSING) or book.gauge(name, sm.HANDLE_ONGOING)
-        if ongoing is None:
-            running = book.gauge(name, sm.VLLM_RUNNING)
-            waiting = book.gauge(name, sm.VLLM_WAITING)
-            if running is not None:
-                total = running.total + (waiting.total if waiting else 0.0)
-                ongoing = sm.GaugeValue(total, running.series, running.at_s)
-        if ongoing is not None:
-            put("ongoing_requests", ongoing.total, ongoing.at_s)
-        else:
-            put("ongoing_requests", 0.0, round_s)  # nothing in flight reports anything
-        queued = book.gauge(name, sm.HANDLE_QUEUED)
-        put("queued_requests", queued.total if queued else 0.0, queued.at_s if queued else round_s)
-
-        e2e_ms = None
-        if dep.ingress:
-            e2e_ms = book.quantile(name, sm.HTTP_LATENCY_MS, P99, look_back_s)
-        if e2e_ms is None:
-            e2e_ms = book.quantile(name, sm.PROCESSING_LATENCY_MS, P99, look_back_s)
-        if e2e_ms is not None:
-            put("e2e_p99_s", e2e_ms / 1000.0, round_s)
-        else:
-            put("e2e_p99_s", book.quantile(name, sm.VLLM_E2E_S, P99, look_back_s), round_s)
-        put("ttft_p99_s", book.quantile(name, sm.VLLM_TTFT_S, P99, look_back_s), round_s)
-        wait_ms = book.quantile(name, sm.ROUTER_WAIT_MS, P99, look_back_s)
-        wait_s = wait_ms / 1000.0 if wait_ms is not None else None
-        # Serve records a request's router wait only once a replica takes it: the ones
-        # still queued are invisible exactly when it matters. A request joining the queue
-        # now waits about queued / completions per second (FIFO drain), so that is a
-        # lower bound on the wait p99 while a backlog stands.
-        completions = book.rate_per_s(name, sm.REPLICA_COMPLETIONS, window_s)
-        if queued is not None and queued.total > 0:
-            backlog_s = queued.total / completions if completions else math.inf
-            backlog_s = min(backlog_s, look_back_s)  # nothing finished: at least that long
-            wait_s = backlog_s if wait_s is None else max(wait_s, backlog_s)
-        put("queue_wait_p99_s", wait_s, round_s)
-        # A node that did not answer (or answered NaN) is missing from every window over
-        # that round: the rates above are then lower bounds, and the decision knows it.
-        put("metrics_coverage_ratio", book.coverage_ratio(max(window_s, look_back_s)), round_s)
-        self._replica_model_inputs(name, dep, fields, round_s, window_s, look_back_s)
-        kv = book.gauge(name, sm.VLLM_KV_CACHE)
-        if kv is not None and kv.series:
-            put("kv_cache_usage_ratio", kv.mean, kv.at_s)
-        return Observation(deployment=name, sensed_at_s=self._wall(), **fields)
-
-    def _replica_model_inputs(
-        self,
-        name: str,
-        dep: ServeDeployment,
-        fields: dict[str, Any],
-        round_s: float,
-        window_s: float,
-        look_back_s: float,
-    ) -> None:
-        """vLLM's series where the replicas export them: the replica model's inputs and the
-        per-tick histograms the SLO guard counts misses from."""
-        book = self._book
-
-        def put(field: str, value: float | None) -> None:
-            if value is not None and math.isfinite(value) and value >= 0:
-                fields[field] = Reading(value, round_s)
-
-        if book.has(name, sm.VLLM_PROMPT_TOKENS):
-            put("prompt_token_rate_per_s", book.rate_per_s(name, sm.VLLM_PROMPT_TOKENS, window_s))
-        if book.has(name, sm.VLLM_GENERATION_TOKENS):
-            put(
-                "output_token_rate_per_s",
-                book.rate_per_s(name, sm.VLLM_GENERATION_TOKENS, window_s),
-            )
-        if book.has(name, sm.VLLM_PREFILL_S):
-            put(
-                "prefill_seconds_per_s", book.rate_per_s(name, sm.VLLM_PREFILL_S + sm.SUM, window_s)
-            )
-            put(
-                "prefilled_request_rate_per_s",
-                book.rate_per_s(name, sm.VLLM_PREFILL_S + sm.COUNT, window_s),
-            )
-        if book.has(name, sm.VLLM_TPOT_S):
-            tpot_s = book.mean(name, sm.VLLM_TPOT_S, look_back_s)
-            put("tpot_mean_s", tpot_s)
-            running = book.gauge(name, sm.VLLM_RUNNING)
-            if tpot_s is not None and running is not None and dep.running_replicas:
-                put("decode_batch_mean", running.total / dep.running_replicas)
-        lengths = book.increase(name, sm.VLLM_PROMPT_LENGTH, look_back_s)
-        if lengths is not None:
-            put(
-                "prompt_tokens_sq_mean",
-                second_moment(lengths[0], lengths[1], (0.0,) * len(lengths[1])),
-            )
-        # The last round's observations, for the guard's counts.
+        look_back_s = self._config.deployment(dep.name).autoscaling.look_back_period_s
         # Any window inside the last round's gap reaches back to the previous round.
         tick_s = 0.5 * book.round_s if book.round_s else window_s
-        for field, signal, scale in (
-            ("ttft_histogram", sm.VLLM_TTFT_S, 1.0),
-            ("prompt_tokens_histogram", sm.VLLM_PROMPT_LENGTH, 1.0),
-            ("router_wait_histogram", sm.ROUTER_WAIT_MS, 0.001),
-        ):
-            increase = book.increase(name, signal, tick_s)
-            if increase is not None:
-                bounds, counts = increase
-                fields[field] = Histogram(tuple(b * scale for b in bounds), counts, round_s)
-
-
-def _info(dep: ServeDeployment, state_at_s: float, controller_id: str | None) -> DeploymentInfo:
-    target = dep.target_replicas
-    return DeploymentInfo(
-        platform_epoch=controller_id,
-        name=dep.name,
-        app=dep.app,
-        deployment=dep.deployment,
-        external_scaler_enabled=dep.external_scaler_enabled,
-        max_ongoing_requests=dep.max_ongoing_requests,
-        resources_per_replica=dict(dep.resources_per_replica),
-        platform_target_replicas=(
-            Reading(float(target), state_at_s) if target is not None else None
-        ),
-        watches_platform=True,
-        replicas=dep.placements,
-    )
+        coverage = book.coverage_ratio(max(window_s, look_back_s))
+        windows = Windows(rate_s=window_s, look_back_s=look_back_s, tick_s=tick_s)
+        fields.update(load_fields(book, dep, round_s, windows, coverage))
+        return Observation(deployment=dep.name, sensed_at_s=self._wall(), **fields)

@@ -227,7 +227,7 @@ class MetricsBook:
                     continue
                 self._counter(deployment, signal + part).add(grew)
             elif sample.name.endswith("_bucket") and _HISTOGRAM_BOUND in sample.labels:
-                bound = _bound(sample.labels[_HISTOGRAM_BOUND])
+                bound = bucket_bound(sample.labels[_HISTOGRAM_BOUND])
                 if bound is None:
                     self._round_bad.add(target)
                     continue
@@ -356,7 +356,7 @@ class MetricsBook:
         return GaugeValue(total, series, oldest_s)
 
 
-def _bound(text: str) -> float | None:
+def bucket_bound(text: str) -> float | None:
     """A bucket's upper bound: finite, or +Inf; anything else (NaN, -Inf) is no bucket."""
     try:
         bound = float(text)
