@@ -4,20 +4,24 @@
 #   docker run -v $PWD/config/ray.yaml:/etc/autoscalerd/config.yaml:ro \
 #              -v autoscalerd-state:/var/lib/autoscalerd -p 8270:8270 autoscalerd
 # The POST /v1/... endpoints stay off unless AUTOSCALERD_TOKEN (or http.token) is set.
-# The ray_autoscaler actuator needs Ray's SDK: build with --build-arg EXTRAS=[ray].
+# The image holds the daemon's dependencies only (requirements.lock: none of the
+# backtest's and the demo's matplotlib, rich or Ray). The ray_autoscaler actuator needs
+# Ray's SDK: build with --build-arg LOCK=requirements-ray.lock.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
-ARG EXTRAS=""
+ARG LOCK=requirements.lock
 WORKDIR /src
-# Dependencies first, pinned by the lock, so code changes reuse this layer.
-COPY requirements.lock pyproject.toml README.md ./
-COPY autoscalerd ./autoscalerd
-COPY plugins ./plugins
+# Dependencies first, each at the lock's version and hash, so code changes reuse this layer.
+COPY ${LOCK} ./requirements.lock
 RUN python -m venv /opt/autoscalerd \
     && /opt/autoscalerd/bin/pip install --no-cache-dir --disable-pip-version-check \
-        --constraint requirements.lock ".${EXTRAS}"
+        --require-hashes --requirement requirements.lock
+COPY pyproject.toml README.md ./
+COPY autoscalerd ./autoscalerd
+COPY plugins ./plugins
+RUN /opt/autoscalerd/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps .
 
 FROM ${PYTHON_IMAGE}
 RUN groupadd --system --gid 10001 autoscalerd \

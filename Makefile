@@ -1,16 +1,20 @@
 # The two commands of the README: `make demo` (the main job) and `make test` (every check).
-# Both create .venv from requirements.lock on first use.
+# Both create .venv from requirements-dev.lock on first use.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+PIP := $(BIN)/pip --disable-pip-version-check
 
 .PHONY: venv demo replay test lint tools lock clean
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml requirements.lock
+# Every package at the lock's version and hash (the daemon's, the backtest's and the
+# demo's, the tools'), then autoscalerd itself, editable, with nothing more.
+$(VENV)/.installed: pyproject.toml requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
+	$(PIP) install --quiet --require-hashes --requirement requirements-dev.lock
+	$(PIP) install --quiet --no-deps --editable .
 	touch $@
 
 demo: venv
@@ -43,12 +47,22 @@ tools:
 test: lint tools
 	$(BIN)/pytest
 
+# The locks, each file's hash included, resolved for every Python autoscalerd supports
+# (>= 3.10) and every platform: requirements.lock is the daemon's dependencies alone (the
+# image, a service), requirements-ray.lock adds the ray extra, requirements-dev.lock is
+# what `make venv` installs (every extra and the tools). The versions in the locks are
+# kept where they still fit; `make lock LOCK_FLAGS=--upgrade` takes the newest.
+UV_VERSION := 0.13.9
+LOCK_FLAGS ?=
+UV_COMPILE := .lock-venv/bin/uv pip compile pyproject.toml --universal --python-version 3.10 \
+	--generate-hashes --quiet --custom-compile-command 'make lock' $(LOCK_FLAGS)
+
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
-	.lock-venv/bin/pip install --quiet -e '.[dev]'
-	( echo '# Pinned versions of every package autoscalerd and its tests install (pip constraints).'; \
-	  echo '# Regenerate: make lock'; \
-	  .lock-venv/bin/pip freeze --exclude-editable ) > requirements.lock
+	.lock-venv/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(UV_COMPILE) --output-file requirements.lock
+	$(UV_COMPILE) --extra ray --output-file requirements-ray.lock
+	$(UV_COMPILE) --extra dev --output-file requirements-dev.lock
 	rm -rf .lock-venv
 
 clean:

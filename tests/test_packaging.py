@@ -90,13 +90,122 @@ def test_dockerfile_is_clean_under_hadolint() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     text = (REPO / "Dockerfile").read_text()
-    assert "--constraint requirements.lock" in text
+    # The daemon's dependencies only, each at the runtime lock's version and hash, then
+    # autoscalerd itself without resolving anything more.
+    assert "ARG LOCK=requirements.lock" in text
+    assert "--require-hashes --requirement requirements.lock" in text
+    assert re.search(r"pip install .*--no-deps \.$", text, re.MULTILINE)
+    assert "requirements-dev.lock" not in text
     assert re.search(r"^USER 10001", text, re.MULTILINE)
     assert "HEALTHCHECK" in text and "/healthz" in text
     # What the image copies is what .dockerignore lets through.
     ignore = (REPO / ".dockerignore").read_text()
-    for copied in ("requirements.lock", "pyproject.toml", "README.md", "autoscalerd/", "plugins/"):
+    for copied in (
+        "requirements.lock",
+        "requirements-ray.lock",
+        "pyproject.toml",
+        "README.md",
+        "autoscalerd/",
+        "plugins/",
+    ):
         assert f"!{copied}" in ignore, copied
+
+
+# ---------------------------------------------------------------- the locks
+
+LOCKS = ("requirements.lock", "requirements-ray.lock", "requirements-dev.lock")
+# Never in the runtime lock: the extras' and the tools' packages.
+NOT_RUNTIME = {"rich", "matplotlib", "ray", "pytest", "hypothesis", "mypy", "ruff"}
+
+
+def read_lock(name: str) -> dict[str, list[tuple[str, str, list[str]]]]:
+    """name -> [(version, marker, hashes)]: a universal lock may pin a package per Python."""
+    pins: dict[str, list[tuple[str, str, list[str]]]] = {}
+    current: list[str] | None = None
+    for line in (REPO / name).read_text().splitlines():
+        text = line.strip().removesuffix("\\").strip()
+        if not text or text.startswith("#"):
+            continue
+        if text.startswith("--hash=sha256:"):
+            assert current is not None, (name, line)
+            current.append(text.removeprefix("--hash=sha256:"))
+            continue
+        requirement, _, marker = text.partition(";")
+        package, _, version = requirement.strip().partition("==")
+        assert version, f"{name}: {line!r} is not pinned with =="
+        current = []
+        pins.setdefault(package.lower().replace("_", "-"), []).append(
+            (version, marker.strip(), current)
+        )
+    return pins
+
+
+def project() -> dict[str, Any]:
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11's")
+    loaded: dict[str, Any] = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return loaded
+
+
+def names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[\[<>=!~; ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_every_lock_pins_every_package_with_its_hashes() -> None:
+    for name in LOCKS:
+        pins = read_lock(name)
+        assert pins, name
+        for package, versions in pins.items():
+            for version, _, hashes in versions:
+                assert hashes and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes), (
+                    name,
+                    package,
+                    version,
+                )
+
+
+def test_the_runtime_lock_is_the_daemons_dependencies_alone() -> None:
+    meta = project()
+    runtime, with_ray, dev = (set(read_lock(name)) for name in LOCKS)
+    assert names(meta["dependencies"]) <= runtime
+    assert not runtime & NOT_RUNTIME, runtime & NOT_RUNTIME
+    assert "ray" in with_ray and not with_ray & (NOT_RUNTIME - {"ray"})
+    assert runtime <= with_ray <= dev
+    extras = meta["optional-dependencies"]
+    assert names(extras["backtest"]) | names(extras["demo"]) <= names(extras["dev"])
+    assert names(extras["dev"]) <= dev
+    assert {"kubernetes-validate", "jsonschema"} <= dev
+    assert not names(meta["dependencies"]) & {"rich", "matplotlib", "ray"}
+
+
+def test_this_environment_is_the_dev_lock() -> None:
+    """What `make venv` installed is what the dev lock says, for this Python."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.markers import Marker
+
+    drift = []
+    for package, versions in read_lock("requirements-dev.lock").items():
+        wanted = [v for v, marker, _ in versions if not marker or Marker(marker).evaluate()]
+        if not wanted:
+            continue
+        try:
+            installed = version(package)
+        except PackageNotFoundError:
+            installed = "missing"
+        if installed != wanted[0]:
+            drift.append(f"{package}: lock {wanted[0]}, installed {installed}")
+    assert not drift, f"run `make venv` after `make lock`: {drift}"
+
+
+def test_make_venv_installs_the_dev_lock_with_hashes_and_the_package_without_deps() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("$(VENV)/.installed:", 1)[1].split("\n\n", 1)[0]
+    assert "requirements-dev.lock" in recipe.splitlines()[0]
+    assert "--require-hashes --requirement requirements-dev.lock" in recipe
+    assert "--no-deps --editable ." in recipe
+    lock = makefile.split("\nlock:", 1)[1].split("\n\n", 1)[0]
+    for name in LOCKS:
+        assert f"--output-file {name}" in lock, name
 
 
 def test_kuberay_example_runs_autoscalerd_as_a_head_sidecar() -> None:
