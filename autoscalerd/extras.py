@@ -37,6 +37,8 @@ EXTRAS: dict[str, Extra] = {
     # Ray only for the ray-serve policy: a backtest of the others runs without it.
     "backtest": Extra("backtest", "the backtest", ("pandas", "rich", "matplotlib"), _SHARED),
     "demo": Extra("demo", "the demo", _SHARED, _SHARED, executables=("ray",)),
+    # Ray's SDK in the daemon: the ray_autoscaler actuator, gpu.replace_failed.
+    "ray": Extra("ray", "Ray's SDK", ("ray",), ("ray",)),
 }
 
 
@@ -74,6 +76,12 @@ def require(command: str) -> None:
         executable(e) for e in extra.executables
     ):
         raise MissingExtra(extra)
+
+
+def missing(name: str) -> bool:
+    """Whether the extra `name` (a key of EXTRAS) lacks one of its up-front modules."""
+    extra = EXTRAS[name]
+    return not all(module_found(m) for m in extra.modules)
 
 
 def for_missing_module(command: str | None, exc: ModuleNotFoundError) -> MissingExtra | None:

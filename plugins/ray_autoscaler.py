@@ -71,6 +71,7 @@ def _settings(settings: Mapping[str, Any]) -> RayAutoscalerSettings:
 class RayAutoscalerActuator:
     name = "ray_autoscaler"
     settings_model = RayAutoscalerSettings
+    requires_extra = "ray"  # Ray's SDK: request_resources
 
     def __init__(
         self,

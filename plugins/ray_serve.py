@@ -39,9 +39,9 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from autoscalerd import logs
+from autoscalerd import extras, logs
 from autoscalerd.act.base import Actuation, ActuationResult, ActuatorContext
-from autoscalerd.config import plugin_settings
+from autoscalerd.config import ConfigError, plugin_settings
 from autoscalerd.dashboard import (
     TIMEOUT,
     UNAVAILABLE,
@@ -134,6 +134,14 @@ class RayServeActuator:
         self._epochs: dict[str, str] = {}
         self._log = logs.get("autoscalerd.actuator.ray_serve")
         gpu = context.config.gpu
+        if gpu.replace_failed and not context.dry_run and extras.missing("ray"):
+            raise ConfigError(
+                [
+                    "gpu.replace_failed: stopping a failed replica needs the 'ray' extra, "
+                    "which is not installed here: pip install 'autoscalerd[ray]' "
+                    "(or set it to false)"
+                ]
+            )
         self._replacer = (
             ReplicaReplacer(ray_kill(cluster.address), gpu.replace_every_s)
             if gpu.replace_failed and not context.dry_run

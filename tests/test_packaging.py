@@ -414,3 +414,61 @@ def test_a_command_without_its_extra_says_which_to_install_in_one_line(
     assert not plot.exists()
     # The demo checked before it started anything.
     assert "starting a local Ray cluster" not in result.stdout
+
+
+RAY_PLUGIN_LINE = (
+    "actuators[1].type: plugin 'ray_autoscaler' needs the 'ray' extra, which is not "
+    "installed here: pip install 'autoscalerd[ray]'"
+)
+REPLACE_LINE = (
+    "gpu.replace_failed: stopping a failed replica needs the 'ray' extra, which is not "
+    "installed here: pip install 'autoscalerd[ray]' (or set it to false)"
+)
+
+
+@pytest.mark.parametrize(
+    ("command", "gpu", "line"),
+    [
+        ("check-config", {}, RAY_PLUGIN_LINE),
+        ("run", {}, RAY_PLUGIN_LINE),
+        ("check-config", {"replace_failed": True}, REPLACE_LINE),
+    ],
+)
+def test_a_plugin_that_needs_ray_says_so_when_ray_is_not_installed(
+    command: str, gpu: dict[str, bool], line: str, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    actuators = [{"type": "log"}, {"type": "ray_autoscaler"}]
+    if gpu:
+        actuators = [{"type": "ray_serve"}]
+    config = {
+        "cluster": {"dashboard_url": "http://127.0.0.1:9"},
+        "sensors": [{"type": "ray_serve"}],
+        "actuators": actuators,
+        "gpu": gpu,
+        "http": {"addr": "127.0.0.1:0"},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = [command, str(path)] if command == "check-config" else [command, "--config", str(path)]
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT, "ray", *args],
+        cwd=tmp_path,
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(line), result.stderr
+    assert "Traceback" not in result.stderr
+    # With Ray installed the same file is fine.
+    if command == "check-config":
+        ok = subprocess.run(
+            [sys.executable, "-m", "autoscalerd", *args],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert ok.returncode == 0, ok.stderr

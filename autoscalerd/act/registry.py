@@ -16,6 +16,7 @@ from typing import Protocol, cast, runtime_checkable
 
 from pydantic import BaseModel
 
+from autoscalerd import extras
 from autoscalerd.act.base import Actuator, ActuatorContext
 from autoscalerd.config import Config, ConfigError, PluginConfig, plugin_settings
 from autoscalerd.sense.base import Sensor
@@ -27,6 +28,15 @@ _CONTRACTS: dict[str, tuple[type, str]] = {
     SENSOR_GROUP: (Sensor, "a sensor"),
     ACTUATOR_GROUP: (Actuator, "an actuator"),
 }
+
+
+@runtime_checkable
+class DeclaresExtra(Protocol):
+    """A plugin class that needs one of autoscalerd's extras (`requires_extra = "ray"`):
+    without it installed, check-config and the start-up say which to install, rather than
+    every actuation failing with an ImportError."""
+
+    requires_extra: str
 
 
 @runtime_checkable
@@ -72,10 +82,28 @@ def _unknown_hint(group: str, name: str) -> str:
     return f"installed: {known} (a third-party plugin must be installed in this environment)"
 
 
+def _lacking_extra(cls: object, name: str, where: str) -> str | None:
+    """The line for a plugin whose declared extra is not installed, else None."""
+    if not isinstance(cls, DeclaresExtra):
+        return None
+    extra = cls.requires_extra
+    if not isinstance(extra, str) or extra not in extras.EXTRAS or not extras.missing(extra):
+        return None
+    return (
+        f"{where}.type: plugin {name!r} needs the {extra!r} extra, which is not installed "
+        f"here: pip install 'autoscalerd[{extra}]'"
+    )
+
+
 def check_plugins(config: Config) -> list[str]:
     """Every sensor and actuator the config names, checked without building it
     (`check_settings`): one line per problem, each with its YAML path."""
     problems: list[str] = []
+    if config.gpu.replace_failed and extras.missing("ray"):
+        problems.append(
+            "gpu.replace_failed: stopping a failed replica needs the 'ray' extra, which is "
+            "not installed here: pip install 'autoscalerd[ray]' (or set it to false)"
+        )
     for group, plugins, where in (
         (SENSOR_GROUP, config.sensors, "sensors"),
         (ACTUATOR_GROUP, config.actuators, "actuators"),
@@ -99,6 +127,9 @@ def check_settings(group: str, plugin: PluginConfig, where: str) -> list[str]:
         misfit = _misfit(cls, group, plugin.type, where, methods_only=True)
         if misfit is not None:
             return [misfit]
+    lacking = _lacking_extra(cls, plugin.type, where)
+    if lacking is not None:
+        return [lacking]
     if not isinstance(cls, DeclaresSettings):
         return []
     model = cls.settings_model
@@ -143,6 +174,9 @@ def build_actuators(config: Config, context: ActuatorContext) -> list[Actuator]:
 
 def _construct(group: str, plugin: PluginConfig, where: str, second: object) -> object:
     cls = factory(group, plugin.type, where)
+    lacking = _lacking_extra(cls, plugin.type, where)
+    if lacking is not None:
+        raise ConfigError([lacking])
     try:
         return cls(plugin.settings, second)
     except ConfigError as exc:
