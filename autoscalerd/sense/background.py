@@ -38,6 +38,18 @@ class Rounds:
         self._task: asyncio.Task[None] | None = None
         self._first_round = asyncio.Event()
 
+    @classmethod
+    def every_tick(
+        cls,
+        name: str,
+        tick_s: float,
+        run_round: Callable[[], Awaitable[None]],
+        on_failure: Callable[[Exception], None],
+    ) -> Rounds:
+        """A round every tick. The loop waits at most max(1 s, 0.8 * tick_s) for a sensor,
+        so the first round is waited for three quarters of that, which fits."""
+        return cls(name, tick_s, 0.75 * max(1.0, 0.8 * tick_s), run_round, on_failure)
+
     async def ready(self) -> None:
         """Start the rounds if they are not running; wait for the first one, within bounds."""
         if self._task is None or self._task.done():

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autoscalerd import logs
 from autoscalerd.config import Config, plugin_settings
-from autoscalerd.dashboard import DashboardClient, DashboardError, find_token
+from autoscalerd.dashboard import DashboardError
 from autoscalerd.decide.gpu_health import GpuReading
 from autoscalerd.model import Observation
 from autoscalerd.sense import gpu_series
@@ -41,7 +41,7 @@ from autoscalerd.sense.serve_api import (
     parse_metrics_targets,
     parse_service_discovery,
 )
-from autoscalerd.sense.serve_platform import ServePlatform
+from autoscalerd.sense.serve_platform import ServePlatform, dashboard_client
 from autoscalerd.sense.serve_readings import (
     Windows,
     load_fields,
@@ -90,12 +90,7 @@ class RayServeSensor:
         self._config = config
         self._cluster = config.cluster
         self._wall = wall_clock
-        self._client = DashboardClient(
-            self._cluster.dashboard_url,
-            lambda: find_token(self._cluster),
-            timeout_s=self._cluster.request_timeout_s,
-            max_concurrency=self.settings.max_concurrency,
-        )
+        self._client = dashboard_client(self._cluster, self.settings.max_concurrency)
         keep_s = max(
             self.settings.rate_window_s,
             config.defaults.autoscaling.look_back_period_s,
@@ -122,13 +117,8 @@ class RayServeSensor:
         # url -> the book's round count after the last round it answered cleanly in.
         self._answered_last_round: dict[str, int] = {}
         self._last_scrape_s: float | None = None
-        # The loop waits at most max(1, 0.8·tick) for a sensor; the first answer must fit.
-        self._rounds = Rounds(
-            "ray_serve-poller",
-            config.tick_s,
-            0.75 * max(1.0, 0.8 * config.tick_s),
-            self.poll_once,
-            self._platform.failed,
+        self._rounds = Rounds.every_tick(
+            "ray_serve-poller", config.tick_s, self.poll_once, self._platform.failed
         )
         self.rounds = 0
 

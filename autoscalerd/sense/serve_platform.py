@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from autoscalerd.dashboard import DashboardClient, DashboardError
+from autoscalerd.config import ClusterConfig
+from autoscalerd.dashboard import DashboardClient, DashboardError, find_token
 from autoscalerd.decide.gpu_health import GpuReading
 from autoscalerd.model import Observation
 from autoscalerd.sense.base import SenseResult
@@ -19,6 +20,17 @@ from autoscalerd.sense.serve_api import ServeDeployment, ServeState, ShapeError,
 from autoscalerd.sense.serve_readings import deployment_info
 
 APPLICATIONS_PATH = "/api/serve/applications/"
+
+
+def dashboard_client(cluster: ClusterConfig, max_concurrency: int) -> DashboardClient:
+    """The dashboard at `cluster.dashboard_url`, with `cluster`'s token (asked for before
+    each request, so a rotated token file is picked up)."""
+    return DashboardClient(
+        cluster.dashboard_url,
+        lambda: find_token(cluster),
+        timeout_s=cluster.request_timeout_s,
+        max_concurrency=max_concurrency,
+    )
 
 
 class ServePlatform:
