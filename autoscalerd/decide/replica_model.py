@@ -196,6 +196,8 @@ def learn(
 # Prefill speeds outside these are no engine's (tokens per second).
 _MIN_PREFILL_PER_S = 1.0
 _MAX_PREFILL_PER_S = 1e9
+# Tokens per request beyond any model's context window.
+_MAX_TOKENS = 1e7
 
 
 def view(
@@ -238,7 +240,8 @@ def view(
     prompt_mean = _ratio(state.prompt, now_s, mix_s, cfg.prompt_tokens)
     # A prompt mix of constant length has E[p²] = E[p]²: never below that.
     prompt_sq = max(
-        prompt_mean**2, _ratio(state.prompt_sq, now_s, mix_s, 2.0 * cfg.prompt_tokens**2)
+        prompt_mean**2,
+        _ratio(state.prompt_sq, now_s, mix_s, 2.0 * cfg.prompt_tokens**2, _MAX_TOKENS**2),
     )
     output_mean = _ratio(state.output, now_s, mix_s, cfg.output_tokens)
     estimates.append(_estimate("prompt_tokens_mean", prompt_mean, state.prompt, now_s))
@@ -333,11 +336,16 @@ def _prior_slope(cfg: ReplicaModelConfig, slots: int) -> float:
     return (cfg.tpot_full_batch_s - cfg.tpot_batch1_s) / (slots - 1)
 
 
-def _ratio(sums: Sums | None, now_s: float, memory_s: float, prior: float) -> float:
+def _ratio(
+    sums: Sums | None, now_s: float, memory_s: float, prior: float, most: float = _MAX_TOKENS
+) -> float:
+    """A mean per request from (requests, total), bounded to [0, most]: a total over a
+    vanishing weight (damage, or a counter seen without its count) must not read as an
+    infinite prompt or output, which would make a replica serve nothing."""
     if sums is None:
         return prior
     weight, total = sums.decayed(now_s, memory_s)
-    return total / weight if weight > 0 else prior
+    return min(most, max(0.0, total / weight)) if weight > 0 else prior
 
 
 def _age(at_s: float | None, now_s: float) -> float | None:

@@ -88,6 +88,9 @@ KNOWN = {
     "prompt-bounds-vs-mix": (["replica_model", "prompt_bounds"], [1.0, 2.0, 3.0, 4.0, 5.0]),
     # Slots per replica that round the service rate to zero: capacity.py divides by it.
     "learned-slots-near-zero": (["replica_model", "slots"], 1e-300),
+    # Output tokens over a vanishing request count: an infinite mean output, an infinite
+    # slot time, a service rate of zero that the backlog sizing divided by.
+    "output-mean-over-no-requests": (["replica_model", "output", "values"], [1e-320, 247750.0]),
 }
 
 
