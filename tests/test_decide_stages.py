@@ -161,6 +161,47 @@ def test_calibration_ignores_overloads_where_the_model_predicts_no_tail() -> Non
     assert verdict.calibration == pytest.approx(1.0)
 
 
+def _bursts(clumped: bool) -> burstiness.BurstState:
+    """Half an hour of 0.5 requests/s: evenly, or all of each minute's in one second."""
+    burst = burstiness.BurstState()
+    for tick in range(1, 1801):
+        arrivals = (30.0 if tick % 60 == 0 else 0.0) if clumped else 0.5
+        burst = burstiness.observe(burst, arrivals, 1.0, float(tick), 300.0)
+    return burst
+
+
+@pytest.mark.parametrize("clumped", [False, True])
+def test_misses_in_bursts_that_do_not_fit_the_running_count_do_not_calibrate(
+    clumped: bool,
+) -> None:
+    """The calibration scales the steady tail. Waits over budget while the bursts measured
+    do not fit the count running are the bursts' (the sizing's burst term answers them):
+    like an overload, they are no evidence that the tail is heavier than modelled."""
+    from autoscalerd.model import Observation, Reading
+
+    cfg = DeploymentConfig(name="llm", slo={"ttft_s": 1.0, "queue_wait_s": 0.5})  # type: ignore[arg-type]
+    state = initial_state(cfg, 1800.0, 1).with_(burst=_bursts(clumped))
+    for now_s in (1801.0, 1802.0, 1803.0):
+        obs = Observation(
+            "llm",
+            now_s,
+            arrival_rate_per_s=Reading(0.5, now_s),
+            running_replicas=Reading(1.0, now_s),
+            starting_replicas=Reading(0.0, now_s),
+            queue_wait_histogram=Histogram(
+                (0.1, 0.5, 1.0, 5.0), (50.0, 0.0, 0.0, 50.0, 0.0), now_s
+            ),
+        )
+        _, state = decide(obs, state, cfg, now_s)
+    seen, predicted = state.guard.calibrating.values
+    if clumped:
+        # 30 requests in a second onto one replica of the prior's 5 slots: they do not fit.
+        assert (seen, predicted) == (0.0, 0.0)
+    else:
+        assert seen > 0 and predicted > 0
+    assert state.guard.fast.values[1] > 0  # the misses count against the budget either way
+
+
 def test_controllable_misses_are_ttft_misses_less_prompts_too_long_for_the_slo() -> None:
     # 100 first tokens, 30 over a 1 s TTFT; 20 prompts over 16,000 tokens (1 s of prefill
     # at 16,000 tokens/s): 10 misses were the wait's.

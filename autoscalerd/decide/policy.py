@@ -152,9 +152,20 @@ def decide(
     settled = starting is not None and starting == 0
     if settled and running and r.rate_obs_per_s is not None and cfg.capacity.sizing == "model":
         now_inputs = sizing.SizingInputs(
-            r.rate_obs_per_s, 0.0, tick_s, budget_s, share, capacity_factor, ttft_s=slo.ttft_s
+            r.rate_obs_per_s,
+            burstiness.peak_to_mean(burst_state, share, r.rate_obs_per_s, tick_s, now_s),
+            tick_s,
+            budget_s,
+            share,
+            capacity_factor,
+            level_per_s=burst_state.level_per_s,
+            ttft_s=slo.ttft_s,
         )
-        predicted_share = sizing.predicted_tail(model, now_inputs, int(running))[0]
+        late, _, _, burst_fits = sizing.predicted_tail(model, now_inputs, int(running))
+        # Where the bursts measured do not fit the count running, the misses are the
+        # bursts' (the sizing's burst condition answers those), not evidence about the
+        # steady tail the calibration scales: like an overload, they say nothing of it.
+        predicted_share = late if burst_fits else None
     guard_state, verdict = slo_guard.update(
         state.guard,
         counts,

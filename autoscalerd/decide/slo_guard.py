@@ -18,7 +18,9 @@ The same counts calibrate the replica model. Each tick the sizing's queueing for
 predict the share of requests that should be over the budget at the replicas actually
 running; over the slow window, observed bad / predicted bad is the model's calibration
 (only over ticks where the model predicts less than `_SATURATED` of requests late: in an
-overload, both sides are near 1 and say nothing about the tail at a working count)
+overload, both sides are near 1 and say nothing about the tail at a working count; the
+caller leaves out ticks where the measured bursts do not fit the running count too, by
+passing no prediction: those misses are the clumps', which the sizing's burst term sizes)
 (with a few pseudo-events on each side, so that it starts at 1 and moves only on
 evidence). The sizing then aims at ε / calibration: a model that predicts 4 % where 0.5 %
 is seen (heavy-tailed prompts behind a least-loaded router) is trusted for the shape of
