@@ -177,10 +177,6 @@ class PrometheusSettings(BaseModel):
         return self
 
 
-def _settings(settings: Mapping[str, Any]) -> PrometheusSettings:
-    return plugin_settings(PrometheusSettings, settings)
-
-
 class PrometheusSensor:
     name = "prometheus"
     settings_model = PrometheusSettings
@@ -192,7 +188,7 @@ class PrometheusSensor:
         *,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        self.settings = s = _settings(settings)
+        self.settings = s = plugin_settings(PrometheusSettings, settings)
         self._config = config
         cluster = config.cluster
         self._wall = wall_clock

@@ -167,3 +167,45 @@ def test_all_queries_failing_is_prometheus_down() -> None:
     plan = pq.plan({}, [10.0], 2.0, 10.0)
     answers = pq.answers(plan, [failed] * len(plan), ByLabels(), 1000.0)
     assert answers.dead and answers.as_of(NAME) is None
+
+
+# ------------------------------------------------------------------ Prometheus' answers
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"status": "success"}, "answer has no 'data'"),
+        ({"status": "success", "data": {"resultType": "matrix", "result": []}}, "'matrix'"),
+        ({"status": "success", "data": {"resultType": "vector", "result": [1]}}, "labels"),
+        (
+            {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}}]}},
+            "not [time",
+        ),
+        (
+            {
+                "status": "success",
+                "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1, "x"]}]},
+            },
+            "no number",
+        ),
+    ],
+)
+def test_answers_out_of_shape_are_one_line_errors(body: dict[str, object], expected: str) -> None:
+    from autoscalerd.sense.prometheus_http import _vector
+
+    with pytest.raises(PrometheusError) as caught:
+        _vector(body, "sum(up)")
+    assert expected in str(caught.value) and "\n" not in str(caught.value)
+    assert str(caught.value).startswith("prometheus query sum(up): ")
+
+
+def test_values_keep_nan_and_infinity_for_the_rules_to_judge() -> None:
+    from autoscalerd.sense.prometheus_http import _vector
+
+    result = [{"metric": {"a": "b"}, "value": [1.0, v]} for v in ("NaN", "+Inf", "-1", "2.5")]
+    body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+    values = [sample.value for sample in _vector(body, "x")]
+    assert math.isnan(values[0]) and values[1:] == [math.inf, -1.0, 2.5]
+    scalar = {"status": "success", "data": {"resultType": "scalar", "result": [1.0, "3"]}}
+    assert [s.value for s in _vector(scalar, "x")] == [3.0]
