@@ -27,7 +27,7 @@ from autoscalerd.decide import gpu_health, policy
 from autoscalerd.decide.capacity import replicas_for_rate
 from autoscalerd.decide.gpu_health import GpuHealth, GpuReading
 from autoscalerd.forecast import holt_winters
-from autoscalerd.model import Decision, DeploymentState, Observation, Reading, Reason
+from autoscalerd.model import Decision, DeploymentState, Histogram, Observation, Reading, Reason
 from autoscalerd.sense.base import DeploymentInfo, SenseResult, Sensor, TraceSensor
 
 
@@ -92,12 +92,14 @@ NOT_REPORTED = "no sensor has reported it yet"
 
 
 def merge_observations(name: str, now_s: float, observations: Sequence[Observation]) -> Observation:
-    """One Observation from several sensors: for each field, the freshest known reading."""
+    """One Observation from several sensors: for each field, the freshest known reading or
+    histogram (a tick's TTFT, prompt and wait histograms are the SLO guard's counts and the
+    replica model's prompt mix)."""
     merged: dict[str, Any] = {}
     for obs in observations:
         for f in fields(obs):
             value = getattr(obs, f.name)
-            if isinstance(value, Reading):
+            if isinstance(value, Reading | Histogram):
                 known = merged.get(f.name)
                 if known is None or value.at_s > known.at_s:
                     merged[f.name] = value

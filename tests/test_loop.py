@@ -8,7 +8,7 @@ from autoscalerd.act.base import Actuation, ActuationResult
 from autoscalerd.clock import VirtualClock
 from autoscalerd.config import Config
 from autoscalerd.loop import Controller, merge_observations
-from autoscalerd.model import Observation, Reading, Reason
+from autoscalerd.model import Histogram, Observation, Reading, Reason
 from autoscalerd.sense.base import DeploymentInfo, SenseResult
 
 
@@ -135,3 +135,19 @@ def test_merge_takes_the_freshest_reading_per_field() -> None:
     merged = merge_observations("d", 10.0, [older, newer])
     assert merged.arrival_rate_per_s == Reading(2.0, 8.0)
     assert merged.ongoing_requests == Reading(3.0, 9.0)
+
+
+def test_merge_keeps_the_ticks_histograms() -> None:
+    """The SLO guard counts misses and the replica model learns the prompt mix from a
+    tick's histograms: the daemon's merge of its sensors must pass them to decide()."""
+    waits = Histogram((0.1, 1.0), (5.0, 2.0, 1.0), 9.0)
+    ttfts_old = Histogram((0.5, 1.0), (1.0, 1.0, 1.0), 4.0)
+    ttfts_new = Histogram((0.5, 1.0), (7.0, 0.0, 0.0), 9.5)
+    prompts = Histogram((100.0, 1000.0), (3.0, 4.0, 0.0), 9.0)
+    one = Observation("d", 10.0, queue_wait_histogram=waits, ttft_histogram=ttfts_old)
+    other = Observation("d", 10.0, ttft_histogram=ttfts_new, prompt_tokens_histogram=prompts)
+    merged = merge_observations("d", 10.0, [one, other])
+    assert merged.queue_wait_histogram == waits
+    assert merged.ttft_histogram == ttfts_new  # the fresher of the two
+    assert merged.prompt_tokens_histogram == prompts
+    assert merged.router_wait_histogram is None

@@ -357,12 +357,6 @@ EXPECTED_EMPTY_PANELS = {
     "Decide errors and refit failures B": "no forecaster refit fails",
 }
 EXPECTED_EMPTY_ALERTS = {
-    "AutoscalerdSLOBurnRateHigh": (
-        "autoscalerd_slo_burn_rate is not exported by the daemon yet: the loop's "
-        "merge_observations keeps a sensor's Readings and drops its per-tick Histograms, "
-        "so the SLO guard counts no requests in `autoscalerd run` (in-process decide() "
-        "does)"
-    ),
     "AutoscalerdDecisionsFailing": "no decision fails: the counter has no series",
     "AutoscalerdOwnershipConflicts": "no conflict: the counter has no series",
     "AutoscalerdGPUFailed": "no GPU sensor: no GPU series",
