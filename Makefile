@@ -28,13 +28,14 @@ lint: venv
 	$(BIN)/ruff format --check autoscalerd plugins tests benchmarks
 	$(BIN)/mypy
 
-# promtool, which the alert and dashboard tests run: Debian's prometheus package, when
-# promtool is not on PATH. The tests need only promtool: where systemd started the
-# package's server (on :9090), it is stopped and disabled again.
+# promtool, which the alert and dashboard tests run, and the Prometheus server, which
+# tests/prom starts on a free loopback port of its own: Debian's prometheus package, when
+# either is not on PATH. Where systemd started the package's server (on :9090), it is
+# stopped and disabled again.
 tools:
-	@command -v promtool >/dev/null 2>&1 || { \
+	@{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" -ne 0 ]; then \
-	    echo "make tools: promtool is not on PATH; run sudo make tools (installs the Debian package prometheus) or put promtool on PATH" >&2; \
+	    echo "make tools: promtool or prometheus is not on PATH; run sudo make tools (installs the Debian package prometheus) or put both on PATH" >&2; \
 	    exit 1; \
 	  fi; \
 	  apt-get update -qq && \
