@@ -115,7 +115,8 @@ def load_fields(
     fields: Fields = {}
 
     def put(field: str, value: float | None, reading_at_s: float) -> None:
-        if value is not None:
+        # A sum past float's range (two rates near it) is no reading, never an infinity.
+        if value is not None and math.isfinite(value) and value >= 0:
             fields[field] = Reading(value, reading_at_s)
 
     put("arrival_rate_per_s", book.rate_per_s(name, sm.ROUTER_REQUESTS, window_s), at_s)
@@ -215,5 +216,7 @@ def _replica_model_inputs(
         increase = book.increase(name, signal, windows.tick_s)
         if increase is not None:
             bounds, counts = increase
-            fields[field] = Histogram(tuple(b * scale for b in bounds), counts, at_s)
+            histogram = Histogram(tuple(b * scale for b in bounds), counts, at_s)
+            if histogram.sane:  # counts past float's range or negative are no counts
+                fields[field] = histogram
     return fields

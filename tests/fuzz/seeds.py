@@ -327,6 +327,42 @@ def serve_json() -> tuple[bytes, ...]:
     return tuple(json.dumps(body).encode() for body in (APPLICATIONS, NODES, SERVICE_DISCOVERY))
 
 
+# ---------------------------------------------------------------- Prometheus' HTTP API
+
+# Instant-query answers as Prometheus writes them: a vector of the deployment's series
+# (Ray's labels), a histogram's buckets, a scalar, an error, and an empty result.
+_SERIES = {"application": "llm", "deployment": "LlmReplica", "replica": "r1"}
+PROMETHEUS_ANSWERS = [
+    {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                {"metric": _SERIES, "value": [1796150000.123, "4.25"]},
+                {"metric": {**_SERIES, "replica": "r2"}, "value": [1796150000.123, "0"]},
+            ],
+        },
+    },
+    {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                {"metric": {**_SERIES, "le": le}, "value": [1796150000.5, count]}
+                for le, count in (("0.1", "3"), ("0.5", "7"), ("1", "9"), ("+Inf", "10"))
+            ],
+        },
+    },
+    {"status": "success", "data": {"resultType": "scalar", "result": [1796150000.5, "1"]}},
+    {"status": "error", "errorType": "bad_data", "error": "parse error at char 3"},
+    {"status": "success", "data": {"resultType": "vector", "result": []}},
+]
+
+
+def prometheus_answers() -> tuple[bytes, ...]:
+    return tuple(json.dumps(body).encode() for body in PROMETHEUS_ANSWERS)
+
+
 # ---------------------------------------------------------------- the HTTP API
 
 # An input is the Authorization header's value, a newline, and the request body.

@@ -33,7 +33,9 @@ from autoscalerd.config import Config, ConfigError, DeploymentConfig, ForecastCo
 from autoscalerd.decide import policy
 from autoscalerd.forecast import holt_winters
 from autoscalerd.forecast.holt_winters import MIN_HOLT_BUCKETS
-from autoscalerd.model import DeploymentState, Histogram
+from autoscalerd.model import DeploymentState, Histogram, Reading
+from autoscalerd.sense import prometheus_http, serve_readings
+from autoscalerd.sense import prometheus_queries as pq
 from autoscalerd.sense import serve_metrics as sm
 from autoscalerd.sense.moments import second_moment
 from autoscalerd.sense.prometheus import MetricsParseError, parse
@@ -413,6 +415,43 @@ def run_http(data: bytes) -> None:
     check_override(body)
 
 
+# ---------------------------------------------------------------- Prometheus' HTTP API
+
+# The prometheus sensor's round for the seed's Serve state: every query answered with the
+# input (as if Prometheus answered each the same), then each deployment's load read.
+_PROM_STATE = parse_applications(seeds.APPLICATIONS)
+_PROM_PLAN = pq.plan({"job": "ray"}, (10.0, 30.0), 10.0, 30.0)
+
+
+def run_prometheus_api(data: bytes) -> None:
+    body = prometheus_http._json(_text(data))
+    if not isinstance(body, dict):
+        raise Skipped  # the client refuses an answer that is not a JSON object first
+    results: list[list[prometheus_http.Sample] | prometheus_http.PrometheusError] = []
+    for query in _PROM_PLAN:
+        try:
+            results.append(prometheus_http._vector(body, query.promql))
+        except prometheus_http.PrometheusError as exc:
+            one_line(str(exc))
+            results.append(exc)
+    answers = pq.answers(_PROM_PLAN, results, sm.Attribution(_PROM_STATE), NOW_S)
+    for dep in _PROM_STATE.deployments.values():
+        at_s = answers.as_of(dep.name)
+        if at_s is None or not math.isfinite(at_s):
+            continue
+        windows = serve_readings.Windows(rate_s=10.0, look_back_s=30.0, tick_s=10.0)
+        coverage = answers.coverage(dep.name, dep.running_replicas)
+        assert 0.0 <= coverage <= 1.0, f"coverage {coverage}"
+        fields = answers.known_fields(
+            dep.name, serve_readings.load_fields(answers, dep, at_s, windows, coverage)
+        )
+        for name, value in fields.items():
+            if isinstance(value, Reading):
+                assert math.isfinite(value.value) and value.value >= 0, f"{name} {value}"
+            elif isinstance(value, Histogram):
+                assert value.sane, f"{name} {value}"
+
+
 TARGETS: dict[str, Target] = {
     target.name: target
     for target in (
@@ -422,5 +461,6 @@ TARGETS: dict[str, Target] = {
         Target("prometheus", seeds.prometheus, "prometheus", (MetricsParseError,), run_prometheus),
         Target("serve_api", seeds.serve_json, "json", (ShapeError,), run_serve_api),
         Target("http", seeds.http_requests, None, (server.ApiError,), run_http),
+        Target("prometheus_api", seeds.prometheus_answers, "json", (), run_prometheus_api),
     )
 }
