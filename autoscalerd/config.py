@@ -39,12 +39,17 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+MAX_REPLICAS = 1_000_000
+
+
 class AutoscalingConfig(_Model):
     """Ray Serve's `autoscaling_config`, field for field (the ones that shape a decision)."""
 
-    min_replicas: int = Field(1, ge=0)
-    max_replicas: int = Field(10, ge=1)
-    initial_replicas: int | None = Field(None, ge=0)
+    # Ray sets no upper bound; past a million replicas a count is a typo, and one of
+    # hundreds of digits would overflow the sizing's float arithmetic.
+    min_replicas: int = Field(1, ge=0, le=MAX_REPLICAS)
+    max_replicas: int = Field(10, ge=1, le=MAX_REPLICAS)
+    initial_replicas: int | None = Field(None, ge=0, le=MAX_REPLICAS)
     # Ray accepts any value > 0; below a thousandth of a request per replica the
     # division overflows, and no deployment means it.
     target_ongoing_requests: float = Field(16.0, ge=0.001)
@@ -141,7 +146,9 @@ class SloConfig(_Model):
     are read as `ttft_s` and `e2e_s`.
     """
 
-    attainment_target: float = Field(0.99, gt=0, lt=1)
+    # Under half of requests is no objective (and 1 − target must leave the normal
+    # quantiles of the sizing a probability strictly inside (0, 1)).
+    attainment_target: float = Field(0.99, ge=0.5, lt=1)
     ttft_s: float | None = Field(None, gt=0, validation_alias=AliasChoices("ttft_s", "ttft_p99_s"))
     e2e_s: float | None = Field(None, gt=0, validation_alias=AliasChoices("e2e_s", "e2e_p99_s"))
     # The wait (router queue + engine queue) a request may spend before its prefill starts;

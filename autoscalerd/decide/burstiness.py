@@ -98,4 +98,5 @@ def _poisson_ratio(share: float, mean_count: float) -> float:
 
 @lru_cache(maxsize=64)
 def _normal_quantile(p: float) -> float:
-    return NormalDist().inv_cdf(p)
+    # Strictly inside (0, 1): a share that rounds to 0 or 1 is the quantile's limit.
+    return NormalDist().inv_cdf(min(1.0 - 1e-15, max(1e-15, p)))

@@ -151,6 +151,14 @@ KNOWN = {
     "ray-mode-upscaling-factor-near-float-max": b"deployments: [{name: llm/chat, "
     b"mode: ray-compatible, autoscaling_config: {min_replicas: 0, max_replicas: 4, "
     b"upscaling_factor: 1e308}}]\n",
+    # A replica count of 400 digits: the sizing's division by it overflows to float.
+    "max-replicas-of-400-digits": b"deployments: [{name: a/b, autoscaling: {max_replicas: 1"
+    + b"0" * 400
+    + b"}}]\n",
+    # An attainment target near zero: 1 - (1 - target) is 0 and the normal quantile of it
+    # raises in burstiness.py.
+    "attainment-target-near-zero": b"deployments: [{name: a/b, slo: "
+    b"{attainment_target: 1.0e-300}}]\n",
 }
 
 
