@@ -202,6 +202,24 @@ def test_misses_in_bursts_that_do_not_fit_the_running_count_do_not_calibrate(
     assert state.guard.fast.values[1] > 0  # the misses count against the budget either way
 
 
+def test_a_window_without_requests_burns_nothing_now() -> None:
+    """After a burst of misses the traffic stops: the fast window blocks scale-down while
+    it still holds recent requests, and stops once a whole window passed without one (the
+    forgotten sums keep their ratio when nothing comes; a sliding window reads 0/0)."""
+    state = slo_guard.GuardState()
+    for tick in range(1, 101):
+        counts = slo_guard.waits_over_budget(waits_over(50.0), 0.5)
+        state, verdict = slo_guard.update(state, counts, None, 0.01, 300.0, 3600.0, tick)
+    assert verdict.blocks_scale_down
+    # No request for 299 s: the window still holds the burst.
+    state, verdict = slo_guard.update(state, None, None, 0.01, 300.0, 3600.0, 399.0)
+    assert verdict.blocks_scale_down and verdict.burn_fast == pytest.approx(50.0)
+    # 301 s: nothing counted for a whole fast window; the slow one still remembers.
+    state, verdict = slo_guard.update(state, None, None, 0.01, 300.0, 3600.0, 401.0)
+    assert verdict.burn_fast is None and not verdict.blocks_scale_down
+    assert verdict.burn_slow == pytest.approx(50.0)
+
+
 def test_controllable_misses_are_ttft_misses_less_prompts_too_long_for_the_slo() -> None:
     # 100 first tokens, 30 over a 1 s TTFT; 20 prompts over 16,000 tokens (1 s of prefill
     # at 16,000 tokens/s): 10 misses were the wait's.

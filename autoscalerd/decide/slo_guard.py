@@ -136,8 +136,15 @@ def update(
         if predicted_share is not None and predicted_share < _SATURATED:
             calibrating = calibrating.add(now_s, slow_window_s, bad, total * predicted_share)
     slow_now = slow.decayed(now_s, slow_window_s)
-    burn_fast = _burn(fast.decayed(now_s, fast_window_s), share)
-    burn_slow = _burn(slow_now, share)
+    # A window with no request counted for its whole length burns nothing now (as a
+    # sliding window's 0/0): the forgotten sums keep their ratio when nothing comes, and
+    # would hold a scale-down for several windows after the traffic stopped.
+    burn_fast = (
+        _burn(fast.decayed(now_s, fast_window_s), share)
+        if _recent(fast, now_s, fast_window_s)
+        else None
+    )
+    burn_slow = _burn(slow_now, share) if _recent(slow, now_s, slow_window_s) else None
     seen, predicted = calibrating.decayed(now_s, slow_window_s)
     raw = (seen + _PSEUDO_BAD) / (predicted + _PSEUDO_BAD)
     calibration = min(CALIBRATION_MAX, max(CALIBRATION_MIN, raw))
@@ -149,6 +156,10 @@ def update(
         blocks_scale_down=burn_fast is not None and burn_fast > 1.0,
     )
     return GuardState(fast=fast, slow=slow, calibrating=calibrating), verdict
+
+
+def _recent(sums: Sums, now_s: float, window_s: float) -> bool:
+    return sums.updated_at_s is not None and now_s - sums.updated_at_s <= window_s
 
 
 def _burn(window: tuple[float, ...], share: float) -> float | None:
