@@ -340,6 +340,10 @@ def daemon_config(
                 "reactive_window_s": 5,
             },
             "forecast": {"enabled": False},
+            # The error budget's windows at the tests' scale (their delays are seconds):
+            # with the product's 5 min and 1 h, a load phase's misses would hold the
+            # scale-down after it for minutes, as they should in production.
+            "slo": {"burn_fast_window_s": 10, "burn_slow_window_s": 30},
             "max_metric_age_s": 5,
         },
         "deployments": deployments or [],
