@@ -320,7 +320,9 @@ def test_kill_9_then_restart_restores_state_and_blocks_scale_down_for_the_window
     finally:
         first.close()
     saved = json.loads(state.read_text())
-    time.sleep(0.5)  # down a while: the trace moves on to the quiet phase meanwhile
+    # Down a while: the trace moves on to the quiet phase meanwhile (1.5 s is 30 s of
+    # trace at this speed, whatever the restart itself takes).
+    time.sleep(1.5)
 
     with running(config, port, service_env, speed) as daemon:
         restored = daemon.wait_event("state_restored")
