@@ -210,6 +210,8 @@ class Decision:
     tail_share: float | None = None  # ε the sizing aimed at (error budget x headroom)
     burn_rate_fast: float | None = None
     burn_rate_slow: float | None = None
+    # The lowest count the SLO guard let a scale-down reach this tick (None: no limit).
+    slo_floor_replicas: int | None = None
     model_calibration: float | None = None  # observed / predicted bad; sizing aims at ε / it
     # (name, value, samples, age_s or None for a prior) per replica-model parameter.
     replica_model: tuple[tuple[str, float, int, float | None], ...] = ()

@@ -429,6 +429,11 @@ def explain_text(
                 f"{number(decision.get('model_calibration'))}  observed / predicted misses",
             ),
             ("breached", ", ".join(breached) if breached else "none"),
+            (
+                "scale-down floor",
+                f"{number(decision.get('slo_floor_replicas'))}  (while the budget burns: one "
+                "more than the replicas that ran when it burnt)",
+            ),
         ],
     )
     section(

@@ -238,6 +238,8 @@ def _check_ranges(saved: SavedDeployment, where: str) -> None:
     _check_sums(state, where)
     if not 0 <= state.target_replicas <= _MAX_COUNT:
         raise StateError(f"{where}.state.target_replicas: out of range")
+    if any(len(entry) != 2 or not 0 <= entry[1] <= _MAX_COUNT for entry in state.guard.burnt):
+        raise StateError(f"{where}.state.guard.burnt: not (time, replicas) pairs in range")
     for name in ("override_replicas", "applied_replicas"):
         value = getattr(saved, name)
         if value is not None and not 0 <= value <= _MAX_COUNT:

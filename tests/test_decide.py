@@ -250,6 +250,33 @@ def test_slo_guard_scales_up_at_once_on_the_wait_and_blocks_scale_down() -> None
     assert decision.burn_rate_fast is not None and decision.burn_rate_fast > 2
 
 
+def test_a_burning_budget_holds_scale_down_at_one_more_than_the_count_that_burnt_it() -> None:
+    """Misses at one replica burn the budget; four run now and the waits are fine. The
+    burn blocks scale-down to the count that was too few, not to every count below four."""
+    cfg = make_cfg(slo={"ttft_s": 1.0, "queue_wait_s": 0.5})
+    _, state = run(cfg, [8.0] * 100, start_replicas=6)
+    state = state.with_(target_replicas=4)
+    for now_s in range(101, 111):  # one replica serves, every wait over budget
+        obs = replace(
+            observe(now_s, 0.0, queue_wait_p99_s=3.0, running_replicas=1, starting_replicas=0),
+            queue_wait_histogram=waits(now_s, 3.0),
+        )
+        decision, state = decide(obs, state, cfg, now_s)
+        assert decision.target_replicas >= 4
+    targets = []
+    for now_s in range(111, 300):  # four serve, no wait over budget: 10 % of the window bad
+        obs = replace(
+            observe(now_s, 0.0, queue_wait_p99_s=0.05, running_replicas=4, starting_replicas=0),
+            queue_wait_histogram=waits(now_s, 0.05),
+        )
+        decision, state = decide(obs, state, cfg, now_s)
+        targets.append(decision.target_replicas)
+    assert decision.burn_rate_fast is not None and decision.burn_rate_fast > 1
+    assert min(targets) == 2 and targets[-1] == 2
+    # The floor holds it, and the decision says by how much.
+    assert decision.slo_floor_replicas == 2
+
+
 def test_slo_guard_ignores_ttft_that_is_prefill_time() -> None:
     """A 60,000-token prompt misses a 1 s TTFT on an idle cluster: no replica fixes that."""
     cfg = make_cfg(slo={"ttft_s": 1.0})

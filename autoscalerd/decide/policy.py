@@ -174,6 +174,7 @@ def decide(
         slo.burn_fast_window_s,
         slo.burn_slow_window_s,
         now_s,
+        running,
     )
     if verdict.calibration > _CALIBRATION_REPORTED:
         reasons.append(Reason.HEADROOM_TIGHTENED)
@@ -250,7 +251,15 @@ def decide(
     # A model that reality says is too optimistic by more than the calibration's bound is
     # not trusted to scale down.
     optimistic = verdict.mismatch and verdict.calibration >= slo_guard.CALIBRATION_MAX
-    guarded = bool(breached) or verdict.blocks_scale_down or optimistic
+    # The lowest count the guard lets a scale-down reach: none while the wait is over
+    # budget now or the model is not trusted; while only the budget burns, one more than
+    # the most replicas that were running when it burnt (those were shown too few; more
+    # than that is still more than they were), or none where that count is unknown.
+    guard_floor: int | None = None
+    if breached or optimistic or (verdict.blocks_scale_down and verdict.burnt_replicas is None):
+        guard_floor = current
+    elif verdict.blocks_scale_down and verdict.burnt_replicas is not None:
+        guard_floor = min(current, capacity.ceil_replicas(verdict.burnt_replicas) + 1)
     # The guard's immediate rule, for what the model does not explain: the wait is over
     # its budget, the budget burns fast, and yet the model finds the current count enough.
     # Where the model already asks for more, the sizing is on its way and a step on top
@@ -262,8 +271,8 @@ def decide(
         landing = running is not None and running < current
         step_floor = current if landing else current + 1
         replicas_raw = max(replicas_raw if replicas_raw is not None else 0, step_floor)
-    if guarded and replicas_sustained is not None:
-        replicas_sustained = max(replicas_sustained, current)
+    if guard_floor is not None and replicas_sustained is not None:
+        replicas_sustained = max(replicas_sustained, guard_floor)
 
     base = Decision(
         deployment=obs.deployment,
@@ -293,6 +302,7 @@ def decide(
         tail_share=tail_share,
         burn_rate_fast=verdict.burn_fast,
         burn_rate_slow=verdict.burn_slow,
+        slo_floor_replicas=guard_floor,
         model_calibration=verdict.calibration,
         replica_model=tuple((e.name, e.value, e.samples, e.age_s) for e in model.estimates),
         gpu_lost_replicas=obs.fresh("gpu_lost_replicas", now_s, max_age_s),
@@ -354,9 +364,12 @@ def decide(
     reasons.extend(delay_reasons)
 
     # 8. Fail static: what may stop the change.
+    if guard_floor is not None and wanted < guard_floor:
+        reasons.append(Reason.SLO_BREACH)
+        wanted = guard_floor
     if wanted < current:
         blocker = fail_static.downscale_blocker(
-            r.fresh, r.fresh_since_s, guarded, cfg, now_s, partial=r.partial
+            r.fresh, r.fresh_since_s, False, cfg, now_s, partial=r.partial
         )
         if blocker is not None:
             reasons.append(blocker)

@@ -61,6 +61,9 @@ class GuardState:
     # (bad requests seen, bad requests the model predicted at the replicas running), over
     # the slow window, on the ticks the model's prediction was a tail, not an overload.
     calibrating: Sums = field(default_factory=lambda: Sums((0.0, 0.0)))
+    # (time, replicas running) of the ticks over the fast window whose misses burnt the
+    # budget (a bad share above ε): the counts shown to be too few.
+    burnt: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,9 @@ class GuardVerdict:
     calibration: float  # observed bad / predicted bad; the sizing aims at ε / this
     mismatch: bool  # the calibration is at a bound
     blocks_scale_down: bool
+    # The most replicas running on a tick whose misses burnt the budget, over the fast
+    # window (None: none known): a scale-down the burn blocks may still go to one more.
+    burnt_replicas: float | None = None
 
 
 def wait_budget_s(
@@ -126,11 +132,16 @@ def update(
     fast_window_s: float,
     slow_window_s: float,
     now_s: float,
+    running_replicas: float | None = None,
 ) -> tuple[GuardState, GuardVerdict]:
-    """Fold in this tick's (requests, bad requests) and the model's predicted bad share."""
+    """Fold in this tick's (requests, bad requests) and the model's predicted bad share;
+    `running_replicas`, the count that served them (None: unknown)."""
     fast, slow, calibrating = state.fast, state.slow, state.calibrating
+    burnt = tuple(entry for entry in state.burnt if now_s - entry[0] <= fast_window_s)
     if counts is not None:
         total, bad = counts
+        if running_replicas is not None and total > 0 and bad / total > share:
+            burnt = (*burnt, (now_s, running_replicas))
         fast = fast.add(now_s, fast_window_s, total, bad)
         slow = slow.add(now_s, slow_window_s, total, bad)
         if predicted_share is not None and predicted_share < _SATURATED:
@@ -154,8 +165,9 @@ def update(
         calibration=calibration,
         mismatch=raw <= CALIBRATION_MIN or raw >= CALIBRATION_MAX,
         blocks_scale_down=burn_fast is not None and burn_fast > 1.0,
+        burnt_replicas=max((running for _, running in burnt), default=None),
     )
-    return GuardState(fast=fast, slow=slow, calibrating=calibrating), verdict
+    return GuardState(fast=fast, slow=slow, calibrating=calibrating, burnt=burnt), verdict
 
 
 def _recent(sums: Sums, now_s: float, window_s: float) -> bool:
