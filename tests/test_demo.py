@@ -18,13 +18,13 @@ def ray_processes() -> list[str]:
     ]
 
 
-def test_short_demo_scales_up_and_down_reports_and_leaves_no_ray_behind(
+def test_short_demo_scales_up_reports_and_leaves_no_ray_behind(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     assert not ray_processes(), "a Ray cluster is already running here"
     report_dir = tmp_path / "report"
     # Four trace minutes from 2 min in (a burst, then calmer) at 4x: a minute of load,
-    # then the quiet tail (downscale delay + lead time + a forecast bucket) for the scale-down.
+    # then the quiet tail (downscale delay + lead time + a forecast bucket).
     result = subprocess.run(
         [autoscalerd_bin(), "demo", "--duration", "4m", "--report-dir", str(report_dir)],
         cwd=REPO,
