@@ -107,7 +107,7 @@ class ReplicaModelConfig(_Model):
     learn: bool = True
     # Slots per replica: Serve reports each deployment's max_ongoing_requests; this is
     # used only where it does not (Ray Serve's own default is 5).
-    max_ongoing_requests: int = Field(5, ge=1)
+    max_ongoing_requests: int = Field(5, ge=1, le=1_000_000)
     prefill_tokens_per_s: float = Field(8000.0, gt=0)
     tpot_batch1_s: float = Field(0.03, gt=0)
     tpot_full_batch_s: float = Field(0.06, gt=0)
@@ -132,10 +132,15 @@ class ForecastConfig(_Model):
     # by 7% (MASE) at this granularity, and only by 1% with 60 s buckets.
     # At least a second: the history holds one bucket per bucket_s since the start.
     bucket_s: float = Field(300.0, ge=1.0)
-    season_length: int = Field(288, ge=2, description="buckets per season (288 x 300 s = a day)")
+    # At most a million buckets a season (a week of 1 s buckets is 604,800), 100 seasons
+    # kept: the history is kept in memory, and a count of hundreds of digits would
+    # overflow the forecaster's float arithmetic.
+    season_length: int = Field(
+        288, ge=2, le=1_000_000, description="buckets per season (288 x 300 s = a day)"
+    )
     seasonal: Literal["add", "mul"] = "add"
     refit_interval_s: float = Field(3600.0, gt=0)
-    history_seasons: int = Field(3, ge=2, description="seasons kept for the rolling refit")
+    history_seasons: int = Field(3, ge=2, le=100, description="seasons kept for the rolling refit")
     z: float = Field(1.0, ge=0, description="upper bound = forecast + z·σ")
 
 
@@ -255,7 +260,7 @@ class ClusterConfig(_Model):
     # Extra Prometheus endpoints; by default every alive node's MetricsExportPort.
     metrics_urls: tuple[str, ...] = ()
     request_timeout_s: float = Field(5.0, gt=0)
-    max_gpus: int | None = Field(None, ge=0)
+    max_gpus: int | None = Field(None, ge=0, le=10_000_000)
     # Worker node shapes for autoscalerd_desired_workers (for KEDA or another scaler of
     # worker nodes); none: the metric is not exported.
     worker_groups: tuple[WorkerGroupConfig, ...] = ()
@@ -328,7 +333,7 @@ class GpuConfig(_Model):
 class StateConfig(_Model):
     # File for restart-safe state; default $STATE_DIRECTORY/state.json (systemd), else none.
     path: str | None = None
-    every_ticks: int = Field(30, ge=1)
+    every_ticks: int = Field(30, ge=1, le=1_000_000_000)
 
 
 class Config(_Model):

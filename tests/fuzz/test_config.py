@@ -157,6 +157,10 @@ KNOWN = {
     + b"}}]\n",
     # An attainment target near zero: 1 - (1 - target) is 0 and the normal quantile of it
     # raises in burstiness.py.
+    # A season of 45 digits: the forecaster's history limit times bucket_s overflowed.
+    "season-length-of-45-digits": b"deployments: [{name: a/b, forecast: {season_length: "
+    + b"9" * 45
+    + b"}}]\n",
     "attainment-target-near-zero": b"deployments: [{name: a/b, slo: "
     b"{attainment_target: 1.0e-300}}]\n",
 }
