@@ -3,6 +3,7 @@ and the `autoscalerd backtest` command as a user runs it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -337,3 +338,39 @@ def test_malformed_trace_through_run_is_exit_2(
 def test_tokens_are_sampled_in_pairs_from_the_request_trace() -> None:
     tokens = EmpiricalTokens.from_trace(open_trace(AZURE_2023))
     assert tokens.prompt_tokens.size == 8819
+
+
+def test_adaptive_policies_start_at_what_the_opening_load_needs_for_the_slo() -> None:
+    """The warm start: the fewest replicas that, held static over the opening window,
+    meet the SLO for the target share of what is attainable there; one fewer does not."""
+    from autoscalerd.sim.backtest import (
+        OPENING_MIN_S,
+        BacktestSettings,
+        _until,
+        attainable_share,
+        opening_replicas,
+        simulate_policy,
+    )
+    from autoscalerd.sim.policies import StaticPolicy
+    from autoscalerd.sim.reference import profile
+
+    trace = open_trace(AZURE_2023, window=TraceWindow(duration_s=900))
+    settings = BacktestSettings()
+    bounds = Bounds(1, 64)
+    chosen = opening_replicas(trace, settings, 1, bounds, 30.0, 0.99)
+    window_s = max(OPENING_MIN_S, 2.0 * settings.replica.cold_start_s)
+    opening = dataclasses.replace(trace, _batches=lambda: _until(trace.batches(), window_s))
+    demand = profile(opening.batches(), settings.oracle_bucket_s, window_s)
+    need = 0.99 * (attainable_share(opening, settings) or 0.0)
+
+    def attained(replicas: int) -> float:
+        row, _ = simulate_policy(
+            StaticPolicy("s", replicas), replicas, opening, demand, settings, 30.0
+        )
+        return row.slo_attainment_ttft or 0.0
+
+    assert chosen > 1  # the code trace's opening bursts need more than the oracle's one
+    assert attained(chosen) >= need > attained(chosen - 1)
+    # Never below the oracle plan's count, and within the bounds.
+    assert opening_replicas(trace, settings, chosen + 2, bounds, 30.0, 0.99) == chosen + 2
+    assert opening_replicas(trace, settings, 1, Bounds(1, 2), 30.0, 0.99) <= 2

@@ -222,10 +222,11 @@ def test_a_window_without_requests_burns_nothing_now() -> None:
 
 def test_controllable_misses_are_ttft_misses_less_prompts_too_long_for_the_slo() -> None:
     # 100 first tokens, 30 over a 1 s TTFT; 20 prompts over 16,000 tokens (1 s of prefill
-    # at 16,000 tokens/s): 10 misses were the wait's.
+    # at 16,000 tokens/s): 10 misses were the wait's, out of the 80 requests that could
+    # meet the SLO at all.
     ttfts = Histogram((0.5, 1.0, 5.0), (50.0, 20.0, 30.0, 0.0), 0.0)
     prompts = Histogram((1000.0, 16_000.0, 100_000.0), (40.0, 40.0, 20.0, 0.0), 0.0)
-    assert slo_guard.controllable_misses(ttfts, prompts, 1.0, 16_000.0) == (100.0, 10.0)
+    assert slo_guard.controllable_misses(ttfts, prompts, 1.0, 16_000.0) == (80.0, 10.0)
     # A counter reset (a negative count) is no data, not a negative miss.
     broken = Histogram((0.5, 1.0, 5.0), (50.0, -20.0, 30.0, 0.0), 0.0)
     assert slo_guard.controllable_misses(broken, prompts, 1.0, 16_000.0) is None
@@ -234,12 +235,13 @@ def test_controllable_misses_are_ttft_misses_less_prompts_too_long_for_the_slo()
 
 def test_late_share_gives_each_prompt_its_own_wait_budget() -> None:
     # A wait tail of 0.5·exp(−2t). Half the prompts take 0-0.5 s to prefill (uniform),
-    # half 1-2 s (hopeless at a 1 s SLO): the late share is 0.5 x the mean of
-    # 0.5·exp(−2t) for budgets t uniform in [0.5, 1], i.e. 0.5·0.5·(e⁻¹ − e⁻²)/(2·0.5).
+    # half 1-2 s (hopeless at a 1 s SLO, and not counted): the late share of the
+    # attainable half is the mean of 0.5·exp(−2t) for budgets t uniform in [0.5, 1],
+    # i.e. 0.5·(e⁻¹ − e⁻²)/(2·0.5).
     tail = sizing.WaitTail(((0.5, 2.0),))
     model = view(prefill_tokens_per_s=1000.0, prompt_mix=((0.0, 500.0, 0.5), (1000.0, 2000.0, 0.5)))
     inputs = sizing.SizingInputs(1.0, 1.0, 1.0, 0.5, 0.01, ttft_s=1.0)
-    expected = 0.5 * 0.5 * (math.exp(-1.0) - math.exp(-2.0)) / (2.0 * 0.5)
+    expected = 0.5 * (math.exp(-1.0) - math.exp(-2.0)) / (2.0 * 0.5)
     assert sizing._late_share(tail, model, inputs, 1.0) == pytest.approx(expected, rel=1e-12)
     # Without a mix, everyone gets the wait budget: 0.5·exp(−1).
     plain = view(prefill_tokens_per_s=1000.0)
@@ -295,3 +297,65 @@ def test_tpot_prior_lends_its_shape_not_its_level() -> None:
     assert batch1_s + slope_s * 31 == pytest.approx(2 * c, rel=1e-9)
     # No data: the prior itself.
     assert replica_model._fit_tpot((0.0,) * 5, cfg, 32) == pytest.approx((0.03, 0.03 / 31))
+
+
+def test_late_waits_hold_each_wait_against_its_own_requests_budget() -> None:
+    # Waits: 50 under 0.1 s, 50 in 0.1-0.5 s. Prompts: 100 short ones (0-1,000 tokens,
+    # prefill 0-0.1 s at 10,000 tokens/s, budgets 0.9-1 s: no wait reaches them) and 100
+    # of 5,000-20,000 tokens. Of those, the 5,000-10,000 part (prefill 0.5-1 s, budgets
+    # 0.5-0 s) is attainable and the rest is not. For a budget b in [0, 0.5], the share of
+    # waits over b is 1 - 0.5·b/0.1 for b < 0.1, else 0.5·(0.5 - b)/0.4.
+    waits = Histogram((0.1, 0.5), (50.0, 50.0, 0.0), 0.0)
+    prompts = Histogram((1000.0, 5000.0, 20_000.0), (100.0, 0.0, 100.0, 0.0), 0.0)
+    requests, late = slo_guard.late_waits(waits, prompts, 1.0, 10_000.0) or (0.0, 0.0)
+    # Attainable: 100 + 100·(10,000 - 5,000)/15,000 = 133.3 of 200 prompts, i.e. 2/3 of the
+    # 100 waits counted.
+    assert requests == pytest.approx(100.0 * (100.0 + 100.0 / 3.0) / 200.0)
+
+    def over(budget_s: float) -> float:
+        return 1.0 - 5.0 * budget_s if budget_s < 0.1 else 0.5 * (0.5 - budget_s) / 0.4
+
+    points = [(k + 0.5) / 8 for k in range(8)]  # the midpoint rule late_waits uses
+    mean_over = sum(over(0.5 * (1.0 - x)) for x in points) / 8
+    expected = (100.0 / 3.0) * mean_over * 100.0 / 200.0
+    assert late == pytest.approx(expected, rel=1e-9)
+    # Prompts all beyond the SLO: nothing attainable, nothing late.
+    hopeless = Histogram((10_000.0, 50_000.0), (0.0, 10.0, 0.0), 0.0)
+    assert slo_guard.late_waits(waits, hopeless, 1.0, 10_000.0) == (0.0, 0.0)
+    assert slo_guard.late_waits(None, prompts, 1.0, 10_000.0) is None
+    assert slo_guard.late_waits(waits, prompts, None, 10_000.0) is None
+
+
+def test_the_guard_counts_waits_before_ttft_less_prefill() -> None:
+    # A long-prompt tick: every TTFT is over 1 s, and the prompt histogram puts 40 % of
+    # its 10,000-20,000 bucket below 16,000 tokens (1 s at 16,000 tokens/s). From TTFT,
+    # those read as misses replicas could fix; the waits say no request waited at all.
+    cfg = DeploymentConfig.model_validate(
+        {"name": "llm/a", "slo": {"ttft_s": 1.0}, "replica_model": {"prefill_tokens_per_s": 16_000}}
+    )
+    from autoscalerd.model import Observation, Reading
+
+    def obs(now_s: float, waits: bool) -> Observation:
+        return Observation(
+            "llm/a",
+            now_s,
+            arrival_rate_per_s=Reading(10.0, now_s),
+            # 160,000 prompt tokens/s over 10 s of prefill per second: 16,000 tokens/s.
+            prompt_token_rate_per_s=Reading(160_000.0, now_s),
+            prefill_seconds_per_s=Reading(10.0, now_s),
+            running_replicas=Reading(4.0, now_s),
+            starting_replicas=Reading(0.0, now_s),
+            ttft_histogram=Histogram((1.0, 2.0), (0.0, 10.0, 0.0), now_s),
+            prompt_tokens_histogram=Histogram((10_000.0, 20_000.0), (0.0, 10.0, 0.0), now_s),
+            queue_wait_histogram=Histogram((0.001, 1.0), (10.0, 0.0, 0.0), now_s)
+            if waits
+            else None,
+        )
+
+    for waits, burning in ((True, False), (False, True)):
+        state = initial_state(cfg, 0.0, 4)
+        decision = None
+        for tick in range(1, 40):
+            decision, state = decide(obs(float(tick), waits), state, cfg, float(tick))
+        assert decision is not None
+        assert ((decision.burn_rate_fast or 0.0) > 1.0) is burning

@@ -127,16 +127,18 @@ def decide(
     def fresh_histogram(histogram: Histogram | None) -> Histogram | None:
         return histogram if histogram is not None and histogram.age_s(now_s) <= max_age_s else None
 
-    # The misses replicas could have avoided: TTFT less the request's own prefill where
-    # vLLM's histograms are there, else the waits over their budget.
-    counts = slo_guard.controllable_misses(
-        fresh_histogram(obs.ttft_histogram),
-        fresh_histogram(obs.prompt_tokens_histogram),
-        slo.ttft_s,
-        model.prefill_tokens_per_s,
-    )
+    # The misses replicas could have avoided: the engine's queue waits, each against its
+    # request's own budget (TTFT less its prefill) with the prompt mix, else against the
+    # wait budget; where only TTFT is known, TTFT misses less the prompts too long for it.
+    waits = fresh_histogram(obs.queue_wait_histogram)
+    prompts = fresh_histogram(obs.prompt_tokens_histogram)
+    counts = slo_guard.late_waits(waits, prompts, slo.ttft_s, model.prefill_tokens_per_s)
     if counts is None:
-        counts = slo_guard.waits_over_budget(fresh_histogram(obs.queue_wait_histogram), budget_s)
+        counts = slo_guard.waits_over_budget(waits, budget_s)
+    if counts is None:
+        counts = slo_guard.controllable_misses(
+            fresh_histogram(obs.ttft_histogram), prompts, slo.ttft_s, model.prefill_tokens_per_s
+        )
     # An engine's TTFT does not include the wait at Serve's router before it: the misses
     # are at least the router waits over budget.
     counts = slo_guard.at_least(

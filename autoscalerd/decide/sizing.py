@@ -160,12 +160,14 @@ def predicted_tail(
 
 
 def _late_share(tail: WaitTail, model: ReplicaView, inputs: SizingInputs, factor: float) -> float:
-    """The share of all requests whose wait makes them miss the TTFT SLO.
+    """The share of the attainable requests whose wait makes them miss the TTFT SLO.
 
     With the prompt mix, a request of prefill s misses when its wait exceeds ttft − s;
-    prompts whose prefill alone exceeds the SLO are lost whatever the count and are not
-    counted. Within a bucket, lengths are taken as uniform (the histogram's own
-    interpolation). Without it, every request is given `wait_budget_s`.
+    prompts whose prefill alone exceeds the SLO are lost whatever the count: they are
+    neither late nor counted, so the share is of the requests that can meet the SLO (the
+    error budget the guard burns is of those too). Within a bucket, lengths are taken as
+    uniform (the histogram's own interpolation). Without it, every request is given
+    `wait_budget_s`.
     """
     ttft_s = inputs.ttft_s
     speed = model.prefill_tokens_per_s
@@ -174,6 +176,7 @@ def _late_share(tail: WaitTail, model: ReplicaView, inputs: SizingInputs, factor
     speed *= factor
     limit_tokens = ttft_s * speed
     late = 0.0
+    attainable = 0.0
     for low, high, share in model.prompt_mix:
         if low >= limit_tokens:
             continue
@@ -182,8 +185,11 @@ def _late_share(tail: WaitTail, model: ReplicaView, inputs: SizingInputs, factor
             top = low  # unbounded bucket: its lower edge
         part = share if math.isinf(high) else share * (top - low) / (high - low)
         # Budgets from ttft − top/speed to ttft − low/speed.
+        attainable += part
         late += part * tail.above_uniform(ttft_s - top / speed, ttft_s - low / speed)
-    return min(1.0, late)
+    if attainable <= 0.0:
+        return 0.0  # every prompt takes longer than the SLO to prefill: no count helps
+    return min(1.0, late / attainable)
 
 
 def size(model: ReplicaView, inputs: SizingInputs, max_replicas: int) -> Sizing:

@@ -3,14 +3,19 @@
 A request's TTFT is its wait (router queue + engine queue) plus its own prefill. More
 replicas shorten the wait, never the prefill: a 60,000-token prompt that takes 4 s to
 prefill misses a 1 s TTFT SLO on an idle cluster. So the guard counts as bad only the
-misses replicas could have avoided: with vLLM's TTFT and prompt-length histograms, the
-TTFT misses less the prompts whose prefill alone exceeds the SLO (`controllable_misses`,
-TTFT minus the request's own prefill, counted over the tick); without them, the waits
-over the wait budget in the queue-wait histogram (vLLM's queue time, Serve's router
-fulfilment time). Never raw TTFT.
+misses replicas could have avoided: the waits in the queue-wait histogram (vLLM's queue
+time; Serve's router fulfilment time as a floor) over their budget; where only TTFT is
+known, TTFT minus the request's own prefill (`controllable_misses`). Never raw TTFT.
+Where the queue-wait histogram and the prompt mix are both known, each wait is held
+against its own request's budget, TTFT less its prefill (`late_waits`): the quantity the
+sizing predicts. Where only TTFT is known, TTFT misses
+less the prompts too long for the SLO; read from two histograms, a long-prompt mix near
+the limit makes that count misses the interpolation inside a prompt bucket puts there,
+which is why the waits come first.
 
-Those counts make an error budget: with attainment target A, a share ε = 1 − A of
-requests may be bad. Burn rate = bad share / ε over two windows (exponentially weighted,
+Those counts make an error budget: with attainment target A, a share ε = 1 − A of the
+requests that can meet the SLO may be bad (the hopeless prompts are in neither count).
+Burn rate = bad share / ε over two windows (exponentially weighted,
 `burn_fast_window_s` and `burn_slow_window_s`, 5 min and 1 h by default, as SRE practice
 pages on). While the fast window burns above 1, no scale-down.
 
@@ -33,6 +38,7 @@ Pure: `update(state, histogram, ...) -> (state, verdict)`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -51,6 +57,8 @@ _PSEUDO_BAD = 3.0
 _MIN_REQUESTS = 20.0
 # A predicted share over the budget above this is an overload: not evidence for the tail.
 _SATURATED = 0.5
+# Budgets a prompt bucket's mean share of late waits is taken over (midpoint rule).
+_BUDGET_POINTS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,15 +103,58 @@ def controllable_misses(
     ttft_s: float | None,
     prefill_tokens_per_s: float | None,
 ) -> tuple[float, float] | None:
-    """(requests, misses replicas could have avoided) this tick: TTFT over the SLO, less
-    the prompts whose prefill alone takes longer than the SLO. None without the inputs."""
+    """(attainable requests, misses replicas could have avoided) this tick: the prompts
+    whose prefill alone takes longer than the SLO are neither misses nor in the count,
+    as no number of replicas can make them meet it. None without the inputs."""
     if ttfts is None or prompts is None or ttft_s is None or not prefill_tokens_per_s:
         return None
     if not (ttfts.sane and prompts.sane) or ttfts.total <= 0:
         return None
     missed = ttfts.count_above(ttft_s)
     hopeless = prompts.count_above(ttft_s * prefill_tokens_per_s)
-    return ttfts.total, max(0.0, missed - hopeless)
+    attainable = max(0.0, ttfts.total - hopeless)
+    return attainable, min(attainable, max(0.0, missed - hopeless))
+
+
+def late_waits(
+    waits: Histogram | None,
+    prompts: Histogram | None,
+    ttft_s: float | None,
+    prefill_tokens_per_s: float | None,
+) -> tuple[float, float] | None:
+    """(attainable requests, requests whose wait made them miss the TTFT SLO) this tick,
+    from the queue-wait histogram and the prompt-length histogram: a request of prefill s
+    misses when its wait exceeds ttft − s. The two histograms are not joint, so the wait
+    is taken as independent of the request's own prompt (a FIFO queue's is), and each
+    prompt bucket's budgets are averaged over the bucket (lengths uniform inside it, as
+    the histogram's own interpolation has them): the same quantity the sizing predicts.
+    Prompts whose prefill alone exceeds the SLO are in neither count. None without the
+    inputs."""
+    if waits is None or prompts is None or ttft_s is None or not prefill_tokens_per_s:
+        return None
+    if not (waits.sane and prompts.sane) or waits.total <= 0 or prompts.total <= 0:
+        return None
+    limit_tokens = ttft_s * prefill_tokens_per_s
+    attainable = late = 0.0
+    low = 0.0
+    for index, count in enumerate(prompts.counts):
+        high = prompts.bounds_s[index] if index < len(prompts.bounds_s) else math.inf
+        if count > 0 and low < limit_tokens:
+            top = limit_tokens if math.isinf(high) else min(high, limit_tokens)
+            part = count * (top - low) / (high - low) if not math.isinf(high) else count
+            attainable += part
+            if math.isinf(high):
+                top = low  # the unbounded bucket: its lower edge
+            # The mean share of waits over budgets from ttft − top/speed to ttft − low/speed.
+            shares = [
+                waits.count_above(ttft_s - (low + (top - low) * (k + 0.5) / _BUDGET_POINTS)
+                                  / prefill_tokens_per_s)
+                for k in range(_BUDGET_POINTS)
+            ]  # fmt: skip
+            late += part * sum(shares) / (_BUDGET_POINTS * waits.total)
+        low = high
+    scale = waits.total / prompts.total
+    return attainable * scale, min(attainable, late) * scale
 
 
 def waits_over_budget(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from autoscalerd.sim.reference import (
     work_bound_replica_seconds,
 )
 from autoscalerd.sim.sensor import SimSensor
-from autoscalerd.sim.traces import Trace, TraceError
+from autoscalerd.sim.traces import RequestBatch, Trace, TraceError
 
 WORK_BOUND = "work-bound"
 
@@ -226,7 +226,15 @@ def run_backtest(
         bounds.min_replicas,
         bounds.max_replicas,
     )
-    ctx = PolicyContext(cfg=cfg, bounds=bounds, initial_replicas=plan.target_at(0.0), plan=plan)
+    opening = opening_replicas(
+        trace,
+        settings,
+        plan.target_at(0.0),
+        bounds,
+        cfg.autoscaling.look_back_period_s,
+        cfg.slo.attainment_target,
+    )
+    ctx = PolicyContext(cfg=cfg, bounds=bounds, initial_replicas=opening, plan=plan)
     names = [n for n in POLICIES if n in policies or n in REFERENCE_POLICIES]
 
     rows: list[PolicyResult] = []
@@ -284,6 +292,72 @@ def run_backtest(
         static_frontier=static_frontier,
         oracle_frontier=oracle_frontier,
     )
+
+
+# The opening window: the first five minutes, or twice the cold start where longer; a
+# policy started below what that load needs cannot correct it sooner.
+OPENING_MIN_S = 300.0
+
+
+def opening_replicas(
+    trace: Trace,
+    settings: BacktestSettings,
+    start: int,
+    bounds: Bounds,
+    look_back_s: float,
+    attainment_target: float,
+) -> int:
+    """The warm start of every adaptive policy: the fewest replicas that, held static over
+    the opening window, meet the SLO for `attainment_target` of the requests that can meet
+    it there (never fewer than `start`, the oracle plan's opening count). A cluster that
+    was serving this load before the replay began ran what it needed, as the static-N
+    points of the frontier do from their first second; starting the policies below it
+    would charge each of them a cold start that no steady operation has."""
+    window_s = max(OPENING_MIN_S, 2.0 * settings.replica.cold_start_s)
+    opening = replace(trace, _batches=lambda: _until(trace.batches(), window_s))
+    demand = profile(opening.batches(), settings.oracle_bucket_s, window_s)
+    attainable = attainable_share(opening, settings)
+    low = max(start, bounds.min_replicas, 1)
+    if demand.requests == 0 or not attainable or low >= bounds.max_replicas:
+        return low
+
+    def meets(replicas: int) -> bool:
+        row, _ = simulate_policy(
+            StaticPolicy(f"static-{replicas}", replicas),
+            replicas,
+            opening,
+            demand,
+            settings,
+            look_back_s,
+        )
+        return (row.slo_attainment_ttft or 0.0) >= attainment_target * attainable - 1e-12
+
+    if meets(low):
+        return low
+    high = low
+    while high < bounds.max_replicas and not meets(high):
+        low = high + 1
+        high = min(bounds.max_replicas, 2 * high)
+    while low < high:  # the first count that meets it lies in [low, high]
+        middle = (low + high) // 2
+        if meets(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return high
+
+
+def _until(batches: Iterator[RequestBatch], end_s: float) -> Iterator[RequestBatch]:
+    """The requests that arrive before `end_s`."""
+    for batch in batches:
+        if batch.arrival_s.size and batch.arrival_s[-1] >= end_s:
+            cut = int(np.searchsorted(batch.arrival_s, end_s, "left"))
+            if cut:
+                yield RequestBatch(
+                    batch.arrival_s[:cut], batch.prompt_tokens[:cut], batch.output_tokens[:cut]
+                )
+            return
+        yield batch
 
 
 def attainable_share(trace: Trace, settings: BacktestSettings) -> float | None:
@@ -363,7 +437,6 @@ def compare_with_frontiers(
     static_frontier: Sequence[FrontierPoint],
     oracle_frontier: Sequence[FrontierPoint],
 ) -> list[PolicyResult]:
-    from dataclasses import replace
 
     measured = [r for r in rows if r.slo_attainment_ttft is not None]
     out = []
@@ -417,7 +490,6 @@ def _order(policy: str) -> int:
 
 
 def _with_ratios(row: PolicyResult, oracle_s: float, static_s: float) -> PolicyResult:
-    from dataclasses import replace
 
     return replace(
         row,

@@ -485,6 +485,11 @@ def _datetime_seconds(values: pd.Series) -> np.ndarray:
     return since_epoch.dt.total_seconds().to_numpy(dtype="float64", na_value=np.nan)
 
 
+def _column(name: str) -> str:
+    """A header cell for a message: itself when printable, else its repr cut short."""
+    return name if name.isprintable() and len(name) <= 40 else _shown(name)
+
+
 def _shown(value: object) -> str:
     """A cell or JSON value for a message: its repr, cut short."""
     text = repr(value)
@@ -840,7 +845,9 @@ def read_bins(path: Path, header: str | None = None) -> tuple[Bins, float | None
         frame = pd.read_csv(path, usecols=[0, 1], nrows=MAX_BINS + 1, **_CSV_OPTIONS)
     if len(frame) > MAX_BINS:
         raise TraceError(f"{path}: more than {MAX_BINS} bins; use wider bins or split the file")
-    columns = [str(name).strip() for name in frame.columns]
+    # Header cells may hold anything a quoted CSV field can, line breaks included: a
+    # message names them as their repr where they are not plain.
+    columns = [_column(str(name).strip()) for name in frame.columns]
     lines = np.arange(2, 2 + len(frame))
     labels, counts = frame.iloc[:, 0], frame.iloc[:, 1]
     blank = ((labels == "") & (counts == "")).to_numpy(dtype=bool)

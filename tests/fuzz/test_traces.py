@@ -69,3 +69,17 @@ def test_mutants_of_shipped_traces_load_or_are_one_trace_error(data: bytes) -> N
 @given(st.one_of(csv_traces(), jsonl_traces()))
 def test_rows_of_hostile_cells_load_or_are_one_trace_error(data: bytes) -> None:
     TARGET.outcome(data, budget.CPU_LIMIT_S)
+
+
+# What the long runs found, each a one-line TraceError now.
+KNOWN = [
+    # A binned-count file whose header's count column is a quoted field with line breaks:
+    # the message named the column as it was, breaks and all.
+    b'period,"count\n1,2\n2"\n2024-05-10 00:00:00,x\n2024-05-10 00:01:00,1\n',
+]
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("data", KNOWN)
+def test_known_trace_findings_are_one_trace_error(data: bytes) -> None:
+    TARGET.outcome(data, budget.CPU_LIMIT_S)
