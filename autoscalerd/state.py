@@ -207,6 +207,7 @@ def _check_sums(state: DeploymentState, where: str) -> None:
         ("guard.fast", state.guard.fast, 2),
         ("guard.slow", state.guard.slow, 2),
         ("guard.calibrating", state.guard.calibrating, 2),
+        ("guard.calibrating_fast", state.guard.calibrating_fast, 2),
         ("replica_model.prefill", model.prefill, 2),
         ("replica_model.tpot", model.tpot, 5),
         ("replica_model.prompt", model.prompt, 2),

@@ -161,6 +161,29 @@ def test_calibration_ignores_overloads_where_the_model_predicts_no_tail() -> Non
     assert verdict.calibration == pytest.approx(1.0)
 
 
+def test_calibration_moves_on_what_both_windows_agree_on() -> None:
+    # The model right (1 %) but for one minute of every wait over budget: the slow window
+    # still remembers that minute 30 minutes on, the fast one has forgotten it, so
+    # the headroom is back where the model puts it.
+    state = slo_guard.GuardState()
+    verdicts = []
+    for tick in range(1, 2161):
+        bad = 100.0 if 300 < tick <= 360 else 1.0
+        counts = slo_guard.waits_over_budget(waits_over(bad), 0.5)
+        state, verdict = slo_guard.update(state, counts, 0.01, 0.01, 300.0, 3600.0, tick)
+        verdicts.append(verdict)
+    assert verdicts[359].calibration > 4.0  # during it, both windows see it
+    slow = _ratio_of(state.calibrating.decayed(2160.0, 3600.0))
+    fast = _ratio_of(state.calibrating_fast.decayed(2160.0, 300.0))
+    assert slow > 2.0 and fast < 1.5
+    assert verdicts[-1].calibration == pytest.approx(fast) and not verdicts[-1].mismatch
+
+
+def _ratio_of(window: tuple[float, ...]) -> float:
+    seen, predicted = window
+    return (seen + 3.0) / (predicted + 3.0)
+
+
 def _bursts(clumped: bool) -> burstiness.BurstState:
     """Half an hour of 0.5 requests/s: evenly, or all of each minute's in one second."""
     burst = burstiness.BurstState()
@@ -253,12 +276,18 @@ def test_guard_calibrates_the_model_by_observed_over_predicted_bad_requests() ->
     right = run_guard(bad=1.0, predicted_share=0.01, ticks=1000)
     assert right.calibration == pytest.approx(1.0)
     assert right.burn_fast == pytest.approx(1.0) and not right.mismatch
+
     # The model pessimistic (4 % predicted, 0.5 % seen): both sums forget alike, so after
-    # 1000 ticks the calibration is (0.5·S + 3) / (4·S + 3) with S = Σ e^(−k/3600).
-    decayed = sum(math.exp(-k / 3600.0) for k in range(1000))
+    # 1000 ticks a window's ratio is (0.5·S + 3) / (4·S + 3) with S = Σ e^(−k/window).
+    # Both windows below 1: the one nearer 1, the fast one (fewer events, the pseudo-events
+    # weigh more).
+    def ratio(window_s: float) -> float:
+        decayed = sum(math.exp(-k / window_s) for k in range(1000))
+        return (0.5 * decayed + 3.0) / (4.0 * decayed + 3.0)
+
     pessimistic = run_guard(bad=0.5, predicted_share=0.04, ticks=1000)
-    expected = (0.5 * decayed + 3.0) / (4.0 * decayed + 3.0)
-    assert pessimistic.calibration == pytest.approx(expected, rel=1e-6)
+    assert ratio(3600.0) < ratio(300.0) < 1.0
+    assert pessimistic.calibration == pytest.approx(ratio(300.0), rel=1e-6)
     assert not pessimistic.blocks_scale_down
     # Every wait over budget where the model saw 1 %: bounded, a mismatch, no scale-down.
     fire = run_guard(bad=100.0, predicted_share=0.01, ticks=200)

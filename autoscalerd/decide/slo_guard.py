@@ -21,7 +21,10 @@ pages on). While the fast window burns above 1, no scale-down.
 
 The same counts calibrate the replica model. Each tick the sizing's queueing formulas
 predict the share of requests that should be over the budget at the replicas actually
-running; over the slow window, observed bad / predicted bad is the model's calibration
+running; observed bad / predicted bad is the model's calibration, over each window, and
+the one used is what both agree on (the nearer 1 when both lean the same way, else 1: as
+a page waits for both burn windows, the headroom moves on a persistent error of the
+model, not on one clump's misses, which leave the fast window within minutes)
 (only over ticks where the model predicts less than `_SATURATED` of requests late: in an
 overload, both sides are near 1 and say nothing about the tail at a working count; the
 caller leaves out ticks where the measured bursts do not fit the running count too, by
@@ -69,6 +72,8 @@ class GuardState:
     # (bad requests seen, bad requests the model predicted at the replicas running), over
     # the slow window, on the ticks the model's prediction was a tail, not an overload.
     calibrating: Sums = field(default_factory=lambda: Sums((0.0, 0.0)))
+    # The same over the fast window: a calibration both windows agree on is the one used.
+    calibrating_fast: Sums = field(default_factory=lambda: Sums((0.0, 0.0)))
     # (time, replicas running) of the ticks over the fast window whose misses burnt the
     # budget (a bad share above ε): the counts shown to be too few.
     burnt: tuple[tuple[float, float], ...] = ()
@@ -187,7 +192,8 @@ def update(
 ) -> tuple[GuardState, GuardVerdict]:
     """Fold in this tick's (requests, bad requests) and the model's predicted bad share;
     `running_replicas`, the count that served them (None: unknown)."""
-    fast, slow, calibrating = state.fast, state.slow, state.calibrating
+    fast, slow = state.fast, state.slow
+    calibrating, calibrating_fast = state.calibrating, state.calibrating_fast
     burnt = tuple(entry for entry in state.burnt if now_s - entry[0] <= fast_window_s)
     if counts is not None:
         total, bad = counts
@@ -196,7 +202,9 @@ def update(
         fast = fast.add(now_s, fast_window_s, total, bad)
         slow = slow.add(now_s, slow_window_s, total, bad)
         if predicted_share is not None and predicted_share < _SATURATED:
-            calibrating = calibrating.add(now_s, slow_window_s, bad, total * predicted_share)
+            predicted = total * predicted_share
+            calibrating = calibrating.add(now_s, slow_window_s, bad, predicted)
+            calibrating_fast = calibrating_fast.add(now_s, fast_window_s, bad, predicted)
     slow_now = slow.decayed(now_s, slow_window_s)
     # A window with no request counted for its whole length burns nothing now (as a
     # sliding window's 0/0): the forgotten sums keep their ratio when nothing comes, and
@@ -207,8 +215,10 @@ def update(
         else None
     )
     burn_slow = _burn(slow_now, share) if _recent(slow, now_s, slow_window_s) else None
-    seen, predicted = calibrating.decayed(now_s, slow_window_s)
-    raw = (seen + _PSEUDO_BAD) / (predicted + _PSEUDO_BAD)
+    raw = _agreed(
+        _ratio(calibrating.decayed(now_s, slow_window_s)),
+        _ratio(calibrating_fast.decayed(now_s, fast_window_s)),
+    )
     calibration = min(CALIBRATION_MAX, max(CALIBRATION_MIN, raw))
     verdict = GuardVerdict(
         burn_fast=burn_fast,
@@ -218,7 +228,34 @@ def update(
         blocks_scale_down=burn_fast is not None and burn_fast > 1.0,
         burnt_replicas=max((running for _, running in burnt), default=None),
     )
-    return GuardState(fast=fast, slow=slow, calibrating=calibrating, burnt=burnt), verdict
+    return (
+        GuardState(
+            fast=fast,
+            slow=slow,
+            calibrating=calibrating,
+            calibrating_fast=calibrating_fast,
+            burnt=burnt,
+        ),
+        verdict,
+    )
+
+
+def _ratio(window: tuple[float, ...]) -> float:
+    """Bad requests seen over bad requests predicted, with pseudo-events on both sides."""
+    seen, predicted = window
+    return (seen + _PSEUDO_BAD) / (predicted + _PSEUDO_BAD)
+
+
+def _agreed(slow: float, fast: float) -> float:
+    """The calibration both windows agree on: the one nearer 1 when both lean the same
+    way, 1 when they disagree. As a page waits for both burn windows, the headroom moves
+    on a persistent error of the model, not on one clump's misses (which leave the fast
+    window within minutes) nor on an hour-old one the fast window no longer sees."""
+    if slow > 1.0 and fast > 1.0:
+        return min(slow, fast)
+    if slow < 1.0 and fast < 1.0:
+        return max(slow, fast)
+    return 1.0
 
 
 def _recent(sums: Sums, now_s: float, window_s: float) -> bool:

@@ -79,7 +79,7 @@ _HISTOGRAMS = (
 )
 _MEANS = (sm.VLLM_PREFILL_S, sm.VLLM_TPOT_S)
 # The per-tick histograms the SLO guard counts misses from.
-_TICK_HISTOGRAMS = (sm.VLLM_TTFT_S, sm.VLLM_PROMPT_LENGTH, sm.ROUTER_WAIT_MS)
+_TICK_HISTOGRAMS = (sm.VLLM_TTFT_S, sm.VLLM_PROMPT_LENGTH, sm.ROUTER_WAIT_MS, sm.VLLM_QUEUE_S)
 
 # Which signals feed which Observation field: when one of them is unknown for a
 # deployment (its query failed, or it answered garbage), so is the field.
@@ -108,6 +108,7 @@ FED_BY: dict[str, tuple[str, ...]] = {
     "ttft_histogram": (sm.VLLM_TTFT_S,),
     "prompt_tokens_histogram": (sm.VLLM_PROMPT_LENGTH,),
     "router_wait_histogram": (sm.ROUTER_WAIT_MS,),
+    "queue_wait_histogram": (sm.VLLM_QUEUE_S,),
 }
 
 

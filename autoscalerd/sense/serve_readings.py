@@ -212,6 +212,8 @@ def _replica_model_inputs(
         ("ttft_histogram", sm.VLLM_TTFT_S, 1.0),
         ("prompt_tokens_histogram", sm.VLLM_PROMPT_LENGTH, 1.0),
         ("router_wait_histogram", sm.ROUTER_WAIT_MS, 0.001),
+        # vLLM's engine queue: the wait the guard holds against each request's budget.
+        ("queue_wait_histogram", sm.VLLM_QUEUE_S, 1.0),
     ):
         increase = book.increase(name, signal, windows.tick_s)
         if increase is not None:

@@ -293,6 +293,8 @@ def test_prometheus_and_direct_sensor_agree_on_the_same_traffic(run: Run) -> Non
     # The per-tick histograms the SLO guard counts: requests whose first token came out.
     ticks = [obs.ttft_histogram for _, obs in proms if obs.ttft_histogram is not None]
     assert ticks and sum(h.total for h in ticks) > 0
+    waits = [obs.queue_wait_histogram for _, obs in proms if obs.queue_wait_histogram]
+    assert waits and sum(h.total for h in waits) > 0, "vLLM's queue time, tick by tick"
     # Coverage: 1 while every Ray target answers and every running replica's series are in
     # Prometheus; a replica on a new GPU node is not, until Ray's service-discovery file
     # lists the node and Prometheus scrapes it: partial meanwhile (one of two replicas).

@@ -172,7 +172,7 @@ async def test_learns_the_emulated_replica_from_its_vllm_series(llm_at_one: Loca
     priors = ReplicaModelConfig()  # 8,000 prompt tokens/s, 30 ms per token: both wrong
     state = replica_model.ReplicaModelState()
     seen_backlog_wait = False
-    counted = 0.0
+    counted = waits_counted = 0.0
     last_s: float | None = None
     try:
         deadline = time.monotonic() + 28.0
@@ -191,6 +191,11 @@ async def test_learns_the_emulated_replica_from_its_vllm_series(llm_at_one: Loca
                 )
                 if counts is not None:
                     counted += counts[0]
+                waits = slo_guard.late_waits(
+                    obs.queue_wait_histogram, obs.prompt_tokens_histogram, 1.0, 2000.0
+                )
+                if waits is not None:
+                    waits_counted += waits[0]
             last_s = now_s
             await asyncio.sleep(0.5)
     finally:
@@ -211,4 +216,5 @@ async def test_learns_the_emulated_replica_from_its_vllm_series(llm_at_one: Loca
         low <= PROMPT_TOKENS <= high for low, high, _ in learned.prompt_mix
     )
     assert counted > 10, "first tokens counted tick by tick from the TTFT histogram"
+    assert waits_counted > 10, "engine queue waits counted tick by tick (vLLM's queue time)"
     assert seen_backlog_wait, "requests queued at the router show in the wait p99"
