@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -406,8 +407,19 @@ def _did_you_mean(name: str, known: list[str], *, word: str = "known") -> str:
 
 
 def _shown(value: Any) -> str:
-    """A value in an error: scalars as written, a mapping or a list by its type only."""
-    return type(value).__name__ if isinstance(value, dict | list) else repr(value)
+    """A value in an error: scalars as written, a mapping or a list by its type only, and
+    an integer too long to print (YAML reads `0x` and `0o` integers of any length) by
+    its size."""
+    if isinstance(value, dict | list):
+        return type(value).__name__
+    if isinstance(value, int) and value.bit_length() > _PRINTABLE_INT_BITS:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    return repr(value)
+
+
+# Python prints integers of up to 4,300 digits (sys.get_int_max_str_digits()); this many
+# bits stays under that.
+_PRINTABLE_INT_BITS = 14_000
 
 
 # ---------------------------------------------------------------- loading and error text
@@ -676,7 +688,7 @@ def _path(loc: list[Any]) -> str:
 
 
 def _fix_hint(kind: str, message: str, value: Any) -> str:
-    shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
+    shown = _shown(value)
     if kind == "missing":
         return "required; add it"
     if kind == "finite_number":

@@ -133,6 +133,10 @@ def documents(model: type[BaseModel], depth: int = 0) -> st.SearchStrategy[dict[
 KNOWN = {
     # yaml.safe_load raises ValueError (not a YAMLError) for an integer past 4300 digits.
     "integer-of-4400-digits": b"tick_s: " + b"9" * 4400 + b"\n",
+    # A hexadecimal one reads fine, but has more than 4300 digits to print in the error.
+    "hex-integer-of-4400-digits": b"deployments: [{name: a/b, slo: {attainment_target: 0x"
+    + b"9" * 4400
+    + b"}}]\n",
     # The key is shown as it is: its newline breaks the one-line error in two.
     "unknown-key-with-a-newline": b'defaults:\n  forecast:\n    "z\\n": 1\n',
     # At wall-clock times (1.7e9 s) bucket_start_s + bucket_s rounds back to itself, and
