@@ -206,6 +206,8 @@ class Decision:
     sizing_binding: str | None = None
     predicted_wait_tail: float | None = None  # share of requests over the wait budget
     peak_to_mean: float | None = None  # arrivals per tick at the attainment quantile
+    # Clumps the sizing held capacity for: (window_s, requests in the window) at the quantile.
+    clumps: tuple[tuple[float, float], ...] = ()
     wait_budget_s: float | None = None
     tail_share: float | None = None  # ε the sizing aimed at (error budget x headroom)
     burn_rate_fast: float | None = None
@@ -238,6 +240,8 @@ class Decision:
                     }
                     for name, v, n, age in value
                 }
+            elif f.name == "clumps":
+                value = [{"window_s": w, "requests": round(n, 3)} for w, n in value]
             elif f.name == "gpu_replicas":
                 value = [
                     {"replica": r, "gpu": g, "state": state, "reason": why}

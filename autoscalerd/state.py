@@ -204,6 +204,10 @@ def _check_sums(state: DeploymentState, where: str) -> None:
     model = state.replica_model
     shapes: list[tuple[str, Any, int | None]] = [
         ("burst.weights", state.burst.weights, burstiness.BINS),
+        *(
+            (f"burst.clump_weights[{i}]", sums, burstiness.COUNT_BINS)
+            for i, sums in enumerate(state.burst.clump_weights)
+        ),
         ("guard.fast", state.guard.fast, 2),
         ("guard.slow", state.guard.slow, 2),
         ("guard.calibrating", state.guard.calibrating, 2),
@@ -227,6 +231,13 @@ def _check_sums(state: DeploymentState, where: str) -> None:
             raise StateError(f"{where}.state.{name}: {len(sums.values)} values, not {length}")
         if any(v < 0 for v in sums.values) and not name.startswith("replica_model.tpot"):
             raise StateError(f"{where}.state.{name}: a negative sum")
+    burst = state.burst
+    if len(burst.clump_weights) > len(burstiness.CLUMP_TICKS):
+        raise StateError(f"{where}.state.burst.clump_weights: more windows than measured")
+    if len(burst.recent) > burstiness.CLUMP_TICKS[-1] or any(
+        not 0 <= v < math.inf for v in burst.recent
+    ):
+        raise StateError(f"{where}.state.burst.recent: not recent arrival counts")
     if model.slots is not None and not model.slots >= 1:
         raise StateError(f"{where}.state.replica_model.slots: below one slot")
     bounds = model.prompt_bounds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -74,6 +75,58 @@ def test_burst_term_sizes_for_the_measured_peak() -> None:
     sized = sizing.size(view(), sizing.SizingInputs(5.0, 40.0, 1.0, 0.5, 0.05), 64)
     assert sized.replicas == math.ceil(200 * 0.1 / 1.5)
     assert sized.binding == "burst"
+
+
+def test_a_clump_of_several_ticks_is_sized_by_its_window() -> None:
+    # 10 requests per tick fit one replica (1 s of prefill within 1 + 0.5 s), but a clump
+    # of 120 in 8 ticks is 12 s of prefill that must be done within 8 + 0.5 s: 2 replicas.
+    inputs = sizing.SizingInputs(5.0, 2.0, 1.0, 0.5, 0.05)
+    assert sizing.size(view(), inputs, 64).replicas == 1
+    clumped = dataclasses.replace(inputs, clumps=((8.0, 120.0),))
+    sized = sizing.size(view(), clumped, 64)
+    assert sized.replicas == math.ceil(120 * 0.1 / 8.5)
+    assert sized.binding == "burst"
+    # The same clump over a shorter window needs more: 12 s within 2 + 0.5 s.
+    shorter = dataclasses.replace(inputs, clumps=((8.0, 120.0), (2.0, 120.0)))
+    assert sizing.size(view(), shorter, 64).replicas == math.ceil(120 * 0.1 / 2.5)
+
+
+def test_clumps_are_counted_per_window_and_outlast_a_lull() -> None:
+    """On-off traffic: 100 requests in each of 4 consecutive ticks every 300 s, nothing
+    between. By request weight every request arrives in a 1-tick window of 100 and a 4-tick
+    window of 100 to 400 (its quantile at 1 % is 400), and after 280 s of quiet the clumps are still what the sizing holds for."""
+    state = burstiness.BurstState()
+    now = 0.0
+    for tick in range(1, 1201):
+        now = float(tick)
+        arrivals = 100.0 if tick % 300 in (1, 2, 3, 4) else 0.0
+        state = burstiness.observe(state, arrivals, 1.0, now, 300.0)
+    assert now % 300 == 0  # 296 quiet ticks since the last clump
+    found = dict(burstiness.clumps(state, 0.01, 1.0, now))
+    # Counts are binned 1.25x apart: a quantile reads at most one bin high, never low.
+    assert 100.0 <= found[1.0] <= 125.0
+    assert 200.0 <= found[2.0] <= 250.0
+    assert 400.0 <= found[4.0] <= 500.0
+    assert found[64.0] == pytest.approx(found[4.0], rel=0.01)  # one clump per window
+    # The ratio over the decayed level says far less is coming by now.
+    level = state.level_per_s or 0.0
+    assert burstiness.peak_to_mean(state, 0.01, level, 1.0, now) * level < 50
+    # The sizing holds the replicas a clump needs through the lull.
+    inputs = sizing.SizingInputs(
+        max(level, 0.01), 1.0, 1.0, 0.5, 0.01, clumps=burstiness.clumps(state, 0.01, 1.0, now)
+    )
+    assert sizing.size(view(), inputs, 64).replicas >= math.ceil(400 * 0.1 / 4.5)
+
+
+def test_clump_quantile_interpolates_within_its_bin() -> None:
+    # All weight in one bin (1.25^10 to 1.25^11]: the quantile with 1 % allowed above
+    # sits 1 % of the way down from the top edge, in log terms.
+    weights = [0.0] * burstiness.COUNT_BINS
+    weights[11] = 100.0
+    got = burstiness._count_quantile(tuple(weights), 1.0)
+    assert got == pytest.approx(1.25 ** (11 - 0.01), rel=1e-9)
+    assert burstiness._count_quantile(tuple(weights), 0.0) == pytest.approx(1.25**11)
+    assert burstiness._count_quantile((0.0,) * burstiness.COUNT_BINS, 1.0) == 1.0
 
 
 def test_halfin_whitt_limits() -> None:

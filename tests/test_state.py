@@ -151,6 +151,21 @@ def test_unusable_files_are_rejected_with_the_place_named(text: str, problem: st
             "state.target_replicas: expected an integer",
         ),
         ('{"target_replicas": -2, "started_at_s": 0}', "state.target_replicas: out of range"),
+        (
+            '{"target_replicas": 2, "started_at_s": 0, "burst": {"clump_weights":'
+            ' [{"values": [1.0], "samples": 1, "updated_at_s": 0}]}}',
+            "state.burst.clump_weights[0]: 1 values, not 64",
+        ),
+        (
+            '{"target_replicas": 2, "started_at_s": 0, "burst": {"recent": ['
+            + ", ".join(["1.0"] * 65)
+            + "]}}",
+            "state.burst.recent: not recent arrival counts",
+        ),
+        (
+            '{"target_replicas": 2, "started_at_s": 0, "burst": {"recent": [-1.0]}}',
+            "state.burst.recent: not recent arrival counts",
+        ),
     ],
 )
 def test_an_unusable_deployment_is_dropped_with_the_place_named(entry: str, problem: str) -> None:

@@ -11,7 +11,21 @@ forecast's bucket width: the level the forecast predicts) and
 added, weighted by its requests, to a histogram of log-spaced ratio bins whose counts are
 forgotten exponentially over `memory_s`. A Poisson stream of 30 requests/s reads about
 1.4 at ε = 1 %; the Azure 2023 code trace, with 73 % of its seconds empty, reads 20-40.
-Pure: `observe(state, ...) -> state`, `peak_to_mean(state, ...) -> float`.
+Clumps are measured in absolute terms as well, at several time scales: for windows of
+1, 2, 4, ... 64 ticks, the requests that arrived in the window ending at each tick, in a
+histogram (log-spaced counts, weighted by the tick's requests, forgotten over
+`MEMORY_S`) whose quantile is the clump that all but a share ε of requests arrive in or
+below. A ratio over the level carries a clump over to a higher or lower tide, but
+on-off traffic (a batch job, a tool firing a few hundred requests after minutes of
+quiet) clumps alike whatever the level was before: in a lull the level decays and the
+ratio alone would release the replicas the next clump needs. The absolute clumps hold
+what the last hour's clumps needed (the cold start is longer than a clump: a replica
+started when it arrives is too late for it). The sizing asks that a clump's prefill fit
+in its window plus the wait budget (a fluid bound: the last request of a window waits
+for the work that arrived in it), so it catches clumps longer than one tick too.
+
+Pure: `observe(state, ...) -> state`, `peak_to_mean(state, ...) -> float`,
+`clumps(state, ...) -> ((window_s, requests), ...)`.
 """
 
 from __future__ import annotations
@@ -30,6 +44,9 @@ BINS = 41  # ratio bins of the burst weights (the state file checks their count)
 MEMORY_S = 3600.0
 # Requests the histogram must hold before its quantile is used; until then, Poisson.
 MIN_REQUESTS = 50.0
+# Clump windows, in ticks, and the count bins of each: ≤ 1, then 1.25^k up to about 10^6.
+CLUMP_TICKS = (1, 2, 4, 8, 16, 32, 64)
+COUNT_BINS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +54,11 @@ class BurstState:
     level_per_s: float | None = None
     # Requests per ratio bin, forgotten over MEMORY_S; None until the first request.
     weights: Sums | None = None
+    # The last max(CLUMP_TICKS) ticks' arrival counts, oldest first.
+    recent: tuple[float, ...] = ()
+    # Per clump window (CLUMP_TICKS): requests per count bin of the window they ended,
+    # forgotten over MEMORY_S; None until the window has a request.
+    clump_weights: tuple[Sums | None, ...] = ()
 
 
 def observe(
@@ -55,7 +77,21 @@ def observe(
         deltas = [0.0] * BINS
         deltas[_bin(rate_per_s / level)] = arrivals
         weights = (weights or Sums((0.0,) * BINS)).add(now_s, MEMORY_S, *deltas)
-    return BurstState(level_per_s=level, weights=weights)
+    recent = (*state.recent, max(0.0, arrivals))[-CLUMP_TICKS[-1] :]
+    clump_weights = list(state.clump_weights) + [None] * (
+        len(CLUMP_TICKS) - len(state.clump_weights)
+    )
+    if arrivals > 0:
+        for index, ticks in enumerate(CLUMP_TICKS):
+            if len(recent) < ticks:
+                break
+            deltas = [0.0] * COUNT_BINS
+            deltas[_count_bin(sum(recent[-ticks:]))] = arrivals
+            sums = clump_weights[index] or Sums((0.0,) * COUNT_BINS)
+            clump_weights[index] = sums.add(now_s, MEMORY_S, *deltas)
+    return BurstState(
+        level_per_s=level, weights=weights, recent=recent, clump_weights=tuple(clump_weights)
+    )
 
 
 def peak_to_mean(
@@ -75,6 +111,44 @@ def peak_to_mean(
         if above / total > share:
             return max(1.0, _upper(index))
     return 1.0
+
+
+def clumps(
+    state: BurstState, share: float, tick_s: float, now_s: float
+) -> tuple[tuple[float, float], ...]:
+    """(window_s, requests): per clump window that has seen MIN_REQUESTS, the requests in
+    a window that all but `share` of requests arrive in one at most as large as."""
+    found: list[tuple[float, float]] = []
+    for ticks, sums in zip(CLUMP_TICKS, state.clump_weights, strict=False):
+        if sums is None:
+            continue
+        weights = sums.decayed(now_s, MEMORY_S)
+        total = sum(weights)
+        if total < MIN_REQUESTS:
+            continue
+        found.append((ticks * tick_s, _count_quantile(weights, share * total)))
+    return tuple(found)
+
+
+def _count_quantile(weights: tuple[float, ...], allowed: float) -> float:
+    """The count above which `allowed` of the weight lies, log-interpolated in its bin."""
+    above = 0.0
+    for index in range(len(weights) - 1, -1, -1):
+        weight = weights[index]
+        if above + weight > allowed and weight > 0:
+            if index == 0:
+                return 1.0
+            low, high = math.log(_upper(index - 1)), math.log(_upper(index))
+            inside = (allowed - above) / weight  # the share of this bin above the count
+            return math.exp(high - inside * (high - low))
+        above += weight
+    return 1.0
+
+
+def _count_bin(count: float) -> int:
+    if count <= 1.0:
+        return 0
+    return min(COUNT_BINS - 1, 1 + int(math.log(count) / math.log(_BIN_BASE)))
 
 
 def _bin(ratio: float) -> int:

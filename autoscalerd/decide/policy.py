@@ -162,6 +162,7 @@ def decide(
             capacity_factor,
             level_per_s=burst_state.level_per_s,
             ttft_s=slo.ttft_s,
+            clumps=burstiness.clumps(burst_state, share, tick_s, now_s),
         )
         late, _, _, burst_fits = sizing.predicted_tail(model, now_inputs, int(running))
         # Where the bursts measured do not fit the count running, the misses are the
@@ -191,6 +192,7 @@ def decide(
     peak_to_mean = burstiness.peak_to_mean(
         burst_state, tail_share, rate_target or 0.0, tick_s, now_s
     )
+    clumps = burstiness.clumps(burst_state, tail_share, tick_s, now_s)
     backlog_replicas = 0
     if r.queued:
         backlog_replicas = capacity.replicas_for_backlog(
@@ -221,6 +223,7 @@ def decide(
             capacity_factor=capacity_factor,
             level_per_s=burst_level_per_s,
             ttft_s=slo.ttft_s,
+            clumps=clumps,
         )
         return sizing.size(model, inputs, a.max_replicas)
 
@@ -300,6 +303,7 @@ def decide(
         sizing_binding=sized_up.binding if sized_up else None,
         predicted_wait_tail=sized_up.predicted_wait_tail if sized_up else None,
         peak_to_mean=peak_to_mean,
+        clumps=clumps,
         wait_budget_s=budget_s,
         tail_share=tail_share,
         burn_rate_fast=verdict.burn_fast,

@@ -28,7 +28,12 @@ conditions, each from first principles, and the count is the smallest R meeting 
    their slot-seconds must fit in the slots the steady load leaves free over that time.
    Queueing formulas assume arrivals that are Poisson at the level; real traffic
    clumps at the SLO's time scale, and this is the term that pays for it, in proportion
-   to how clumped it was measured to be.
+   to how clumped it was measured to be. Clumps of several ticks are measured in
+   requests per window (burstiness.py): the requests of a window of w seconds at the
+   quantile, spread over R replicas, must be prefilled within w plus the wait budget
+   (the last of them waits for the work that arrived before it in the window), and find
+   slots within that time. This holds the capacity that on-off traffic's clumps need
+   through the lulls between them.
 
 The wait tail is Σ weight·exp(−rate·t) (conditions 1 and 2). With the prompt mix and the
 TTFT SLO, each request has its own budget: a prompt of prefill s misses when its wait
@@ -65,6 +70,8 @@ class SizingInputs:
     # The TTFT SLO: with the model's prompt mix, each request's own wait budget is the
     # SLO less its own prefill; None (or no mix): every request gets `wait_budget_s`.
     ttft_s: float | None = None
+    # Clumps of several ticks, (window_s, requests at the quantile), from burstiness.
+    clumps: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,20 +150,38 @@ def predicted_tail(
         terms.append((_halfin_whitt(beta), (servers - offered) / slot_s))
     tail = WaitTail(tuple(terms))
     late = _late_share(tail, model, inputs, factor)
-    # Bursts: one tick's requests at the peak-to-mean ratio.
     level_per_s = lam if inputs.level_per_s is None else inputs.level_per_s
-    burst = inputs.peak_to_mean * level_per_s * inputs.tick_s / replicas
-    fits = True
-    if prefill_s is not None:
-        fits = burst * prefill_s / factor <= inputs.tick_s + budget_s
-    # Slots: the burst must find a slot within the tick plus the budget: the ones the
-    # steady load leaves free (each reused if slots turn over faster than that), plus the
-    # busy ones that finish meanwhile.
-    window_s = inputs.tick_s + budget_s
-    turns = window_s / slot_s if slot_s > 0 else math.inf
-    available = (servers - offered) * max(1.0, turns) + offered * min(1.0, turns)
-    fits = fits and burst * replicas <= available
+    # Bursts: one tick's requests at the peak-to-mean ratio, then each clump window's.
+    tick_requests = inputs.peak_to_mean * level_per_s * inputs.tick_s
+    spans = [(tick_requests, inputs.tick_s + budget_s)]
+    spans += [(requests, window_s + budget_s) for window_s, requests in inputs.clumps]
+    fits = all(
+        _fits(requests, span_s, replicas, model, factor, servers, offered, slot_s)
+        for requests, span_s in spans
+    )
     return late, rho, utilization, fits
+
+
+def _fits(
+    requests: float,
+    span_s: float,
+    replicas: int,
+    model: ReplicaView,
+    factor: float,
+    servers: int,
+    offered: float,
+    slot_s: float,
+) -> bool:
+    """Whether `requests` arriving within `span_s` are prefilled in it by the replicas
+    (one prefill at a time each, the router spreading them) and find a slot in it: one
+    the steady load leaves free (reused if slots turn over faster than that), or a busy
+    one once it finishes (the share that do within a short span; over a long one, each
+    turns over as often as a free one, less half a turn for the request it holds)."""
+    if model.prefill_s is not None and requests / replicas * model.prefill_s / factor > span_s:
+        return False
+    turns = span_s / slot_s if slot_s > 0 else math.inf
+    available = (servers - offered) * max(1.0, turns) + offered * max(min(1.0, turns), turns - 0.5)
+    return requests <= available
 
 
 def _late_share(tail: WaitTail, model: ReplicaView, inputs: SizingInputs, factor: float) -> float:
@@ -243,7 +268,7 @@ def _binding(model: ReplicaView, inputs: SizingInputs, replicas: int) -> str:
     if replicas <= 1:
         return "minimum"
     below = replicas - 1
-    no_burst = replace(inputs, peak_to_mean=0.0)
+    no_burst = replace(inputs, peak_to_mean=0.0, clumps=())
     tail, rho, utilization, fits = predicted_tail(model, no_burst, below)
     if fits and tail <= inputs.tail_share:
         return "burst"
