@@ -154,7 +154,7 @@ def test_unusable_files_are_rejected_with_the_place_named(text: str, problem: st
         (
             '{"target_replicas": 2, "started_at_s": 0, "burst": {"clump_weights":'
             ' [{"values": [1.0], "samples": 1, "updated_at_s": 0}]}}',
-            "state.burst.clump_weights[0]: 1 values, not 64",
+            "state.burst.clump_weights[0]: 1 values, not 150",
         ),
         (
             '{"target_replicas": 2, "started_at_s": 0, "burst": {"recent": ['
