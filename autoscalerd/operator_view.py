@@ -19,7 +19,8 @@ REASON_TEXT: dict[str, str] = {
     "concurrency": "Ray Serve's concurrency rule set the count: (ongoing + queued) / "
     "target_ongoing_requests = {replicas_concurrency} replicas.",
     "burst": "The measured burstiness set the count: one tick's requests at {peak_to_mean}x "
-    "the mean must be served within the wait budget of {wait_budget}.",
+    "the mean, and each clump of several ticks ({clumps}), must be served within their "
+    "window plus the wait budget of {wait_budget}.",
     "headroom_tightened": "More requests missed the SLO than the model predicted "
     "(calibration {calibration}), so the sizing aims at a smaller tail share ({tail_share}).",
     "headroom_relaxed": "Fewer requests missed the SLO than the model predicted "
@@ -410,6 +411,7 @@ def explain_text(
                 f"the wait budget, aimed at most {number(decision.get('tail_share'), 4)}",
             ),
             ("peak-to-mean", number(decision.get("peak_to_mean"))),
+            ("clumps", _clumps(decision.get("clumps"))),
             ("wait budget", number(decision.get("wait_budget_s"), 3, " s")),
             ("tail share", number(decision.get("tail_share"), 4)),
         ],
@@ -517,11 +519,24 @@ def _estimate(value: Any) -> str:
     return number(value, 4 if abs(value) < 1 else 2)
 
 
+def _clumps(clumps: object) -> str:
+    """'64 in 4 s, 120 in 8 s': the clump per window the sizing held capacity for."""
+    if not isinstance(clumps, list) or not clumps:
+        return "none measured yet"
+    shown = []
+    for entry in clumps:
+        if isinstance(entry, Mapping):
+            requests, window = entry.get("requests"), entry.get("window_s")
+            shown.append(f"{number(requests, 0)} in {number(window, 0, ' s')}")
+    return ", ".join(shown) or "none measured yet"
+
+
 def _binding_text(binding: str | None) -> str:
     return {
         "prefill": ": the prefill queue's wait tail set the count",
         "slots": ": the slots' wait (square-root staffing) set the count",
-        "burst": ": serving one tick's burst within the wait budget set the count",
+        "burst": ": serving a tick's burst or a clump within its window plus the wait "
+        "budget set the count",
         "minimum": ": one replica is enough",
     }.get(binding or "", "")
 
@@ -572,6 +587,7 @@ def _reason_values(decision: Mapping[str, Any], config: Mapping[str, Any]) -> di
         upper_rate=number(decision.get("arrival_rate_upper_per_s"), 2, unit),
         short_rate=number(decision.get("arrival_rate_short_per_s"), 2, unit),
         peak_to_mean=number(decision.get("peak_to_mean")),
+        clumps=_clumps(decision.get("clumps")),
         wait_budget=number(decision.get("wait_budget_s"), 3, " s"),
         calibration=number(decision.get("model_calibration")),
         tail_share=number(decision.get("tail_share"), 4),

@@ -184,7 +184,10 @@ def test_explain_walks_a_recorded_decision_stage_by_stage(status: dict[str, Any]
     assert row("slots") == "5                 0  prior"
     assert row("prompt_tokens_sq_mean") == "2e+06             0  prior"
     assert row("replicas for the load") == "10 (concurrency rule: -)"
-    assert row("binding condition").startswith("burst: serving one tick's burst")
+    assert row("binding condition").startswith("burst: serving a tick's burst or a clump")
+    assert row("clumps") == "none measured yet"  # under 50 requests in every window
+    shown = [{"window_s": 4.0, "requests": 64.4}, {"window_s": 8.0, "requests": 120.0}]
+    assert operator_view._clumps(shown) == "64 in 4 s, 120 in 8 s"
     assert row("peak-to-mean") == "18.19"
     assert row("wait budget") == "1.000 s"
     assert row("burn rate fast / slow").startswith("- / -")
@@ -204,7 +207,8 @@ def test_explain_walks_a_recorded_decision_stage_by_stage(status: dict[str, Any]
         "  forecast_leads  The forecast's upper bound (7.54/s), not the short-window rate "
         "(0.00/s), set the target rate.",
         "  burst           The measured burstiness set the count: one tick's requests at "
-        "18.19x the mean must be served within the wait budget of 1.000 s.",
+        "18.19x the mean, and each clump of several ticks (none measured yet), must be served "
+        "within their window plus the wait budget of 1.000 s.",
         "  scale_up        The policy asked for more replicas than the previous target (6).",
         "  override        An operator pinned the target at 6.",
     ]
