@@ -105,4 +105,16 @@ def from_json(kind: Any, value: Any, where: str) -> Any:
 
 
 def _join(where: str, name: str) -> str:
-    return f"{where}.{name}" if where else name
+    return f"{where}.{_name(name)}" if where else _name(name)
+
+
+def _name(name: str) -> str:
+    """A field or key as an error names it: escaped when it would break the line (a
+    newline in a key), cut when too long to read."""
+    if name.isprintable() and len(name) <= _NAME_SHOWN:
+        return name
+    shown = ascii(name[:_NAME_SHOWN])
+    return shown if len(name) <= _NAME_SHOWN else f"{shown}... ({len(name)} characters)"
+
+
+_NAME_SHOWN = 80

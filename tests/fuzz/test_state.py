@@ -136,6 +136,21 @@ def test_what_fuzzing_found_is_now_one_state_error(path: list[str], value: Any) 
     TARGET.outcome(_saved_with(path, value), budget.CPU_LIMIT_S)
 
 
+# Raw files fuzzing found, each tried by the mutation test too.
+KNOWN_RAW = {
+    # A key with a line break in it: the "unknown field" error printed it raw, two lines.
+    "key-with-a-line-break": b'{"format":"autoscalerd-state","version":2,"saved_at_s":0.0,'
+    b'"saved_wall_s":0.0,"clock_origin_s":null,"deployme\\nts":{},"dropped":{}}',
+}
+
+
+@pytest.mark.parametrize("data", list(KNOWN_RAW.values()), ids=list(KNOWN_RAW))
+def test_raw_files_fuzzing_found_are_one_state_error(data: bytes) -> None:
+    assert TARGET.outcome(data, budget.CPU_LIMIT_S) == "allowed"  # one line, or it raises
+    with pytest.raises(state.StateError, match=r"^'deployme\\nts': unknown field$"):
+        state.decode(data.decode())
+
+
 def test_every_seed_state_file_restores() -> None:
     for data in seeds.state_files():
         assert TARGET.outcome(data) == "ok"
