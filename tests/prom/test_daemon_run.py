@@ -284,7 +284,10 @@ def test_prometheus_and_direct_sensor_agree_on_the_same_traffic(run: Run) -> Non
     for field in ("e2e_p99_s", "ttft_p99_s", "queue_wait_p99_s"):
         direct, prom = values(pairs, field, "direct"), values(pairs, field, "prom")
         assert prom, f"{field}: no reading from Prometheus"
-        assert statistics.median(prom) == pytest.approx(statistics.median(direct), rel=0.25), field
+        # Means, not medians: the queue grows through the run, so its p99 steps from one
+        # bucket edge to the next, and a median of step readings lands on either side of
+        # an edge (seen: medians of 34 and 49 s where the means were 35.4 and 37.4 s).
+        assert statistics.mean(prom) == pytest.approx(statistics.mean(direct), rel=0.25), field
     for field in ("tpot_mean_s", "prompt_tokens_sq_mean"):
         direct, prom = values(pairs, field, "direct"), values(pairs, field, "prom")
         assert prom, f"{field}: no reading from Prometheus"
