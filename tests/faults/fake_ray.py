@@ -143,17 +143,27 @@ class FakeRay:
         dashboard.router.add_post(
             "/api/v1/applications/{app}/deployments/{deployment}/scale", self._scale
         )
-        await self._site(dashboard, self.dashboard_port)
+        self.dashboard_port = await self._site(dashboard, self.dashboard_port)
         for node in self.nodes:
             app = web.Application()
             app.router.add_get("/metrics", self._metrics_of(node))
-            await self._site(app, node.port)
+            node.port = await self._site(app, node.port)
 
-    async def _site(self, app: web.Application, port: int) -> None:
+    async def _site(self, app: web.Application, port: int) -> int:
+        """Serve `app` on `port`, or on another free one if something took it since it was
+        picked (the ports are read only once the fake has started)."""
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        for _ in range(5):
+            try:
+                await web.TCPSite(runner, "127.0.0.1", port).start()
+                break
+            except OSError:
+                port = free_port()
+        else:
+            await web.TCPSite(runner, "127.0.0.1", port).start()
         self._runners.append(runner)
+        return port
 
     # ------------------------------------------------------------------ the dashboard
 
