@@ -250,6 +250,11 @@ def test_json_document_follows_the_schema(ten_minutes: Any) -> None:
     statics = document["static_frontier"]
     assert [p["replicas"] for p in statics] == sorted(p["replicas"] for p in statics)
     assert statics[0]["replicas"] == 1
+    # Past static peak, until a fixed count holds the SLO's attainment target: the
+    # slice's clumps need more than its busiest minute's mean rate does.
+    goal = 0.99 * document["attainable_ttft"]
+    assert statics[-1]["slo_attainment_ttft"] >= goal
+    assert all(p["slo_attainment_ttft"] < goal for p in statics[:-1])
     assert document["oracle_frontier"][0]["target_utilization"] == 0.05
     ours = next(r for r in document["results"] if r["policy"] == "autoscalerd")
     assert ours["cost_vs_oracle_at_equal_attainment"] is not None

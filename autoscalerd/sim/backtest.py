@@ -377,8 +377,11 @@ def _frontiers(
     settings: BacktestSettings,
     bounds: Bounds,
 ) -> tuple[tuple[FrontierPoint, ...], tuple[FrontierPoint, ...]]:
-    """Every static count from 1 to static peak (a dense subset when there are many), and
-    the clairvoyant oracle at each utilisation target."""
+    """Every static count from 1 to static peak (a dense subset when there are many), then
+    higher counts until one meets the SLO's attainment target on the attainable share
+    (static peak sizes for the busiest oracle bucket's mean rate, which on bursty traffic
+    is far below what a fixed count needs to hold the SLO; a policy a fixed count beats
+    is dominated by it), and the clairvoyant oracle at each utilisation target."""
     peak = max(1, ctx.plan.peak)
     counts = sorted(
         {
@@ -388,8 +391,8 @@ def _frontiers(
         | ({*range(1, peak + 1)} if peak <= settings.static_points else set())
     )
     look_back_s = ctx.cfg.autoscaling.look_back_period_s
-    statics = []
-    for replicas in counts:
+
+    def static(replicas: int) -> FrontierPoint:
         row, _ = simulate_policy(
             StaticPolicy(f"static-{replicas}", replicas),
             replicas,
@@ -398,15 +401,22 @@ def _frontiers(
             settings,
             look_back_s,
         )
-        statics.append(
-            FrontierPoint(
-                f"static-{replicas}",
-                replicas,
-                None,
-                row.slo_attainment_ttft or 0.0,
-                row.replica_seconds,
-            )
+        return FrontierPoint(
+            f"static-{replicas}",
+            replicas,
+            None,
+            row.slo_attainment_ttft or 0.0,
+            row.replica_seconds,
         )
+
+    statics = [static(replicas) for replicas in counts]
+    goal = ctx.cfg.slo.attainment_target * (attainable_share(trace, settings) or 1.0)
+    replicas = counts[-1]
+    for _ in range(settings.static_points):
+        if statics[-1].slo_attainment_ttft >= goal or replicas >= bounds.max_replicas:
+            break
+        replicas = min(bounds.max_replicas, max(replicas + 1, round(replicas * 1.25)))
+        statics.append(static(replicas))
     oracles = []
     for utilization in settings.oracle_utilizations:
         plan = oracle_plan(
