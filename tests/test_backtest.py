@@ -253,8 +253,10 @@ def test_json_document_follows_the_schema(ten_minutes: Any) -> None:
     # Past static peak, until a fixed count holds the SLO's attainment target: the
     # slice's clumps need more than its busiest minute's mean rate does.
     goal = 0.99 * document["attainable_ttft"]
-    assert statics[-1]["slo_attainment_ttft"] >= goal
-    assert all(p["slo_attainment_ttft"] < goal for p in statics[:-1])
+    # The smallest such count is on the frontier, and the one below it is too.
+    meeting = [p["replicas"] for p in statics if p["slo_attainment_ttft"] >= goal]
+    assert meeting and meeting[0] - 1 in [p["replicas"] for p in statics]
+    assert all(p["slo_attainment_ttft"] < goal for p in statics if p["replicas"] < meeting[0])
     assert document["oracle_frontier"][0]["target_utilization"] == 0.05
     ours = next(r for r in document["results"] if r["policy"] == "autoscalerd")
     assert ours["cost_vs_oracle_at_equal_attainment"] is not None

@@ -40,6 +40,8 @@ from autoscalerd.sim.sensor import SimSensor
 from autoscalerd.sim.traces import RequestBatch, Trace, TraceError
 
 WORK_BOUND = "work-bound"
+# The rows that are references, not policies that scale.
+REFERENCES = (WORK_BOUND, "oracle", "static-peak")
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +280,7 @@ def run_backtest(
     static_frontier: tuple[FrontierPoint, ...] = ()
     oracle_frontier: tuple[FrontierPoint, ...] = ()
     if settings.frontiers:
-        static_frontier, oracle_frontier = _frontiers(trace, ctx, demand, settings, bounds)
+        static_frontier, oracle_frontier = _frontiers(trace, ctx, demand, settings, bounds, rows)
         rows = compare_with_frontiers(rows, static_frontier, oracle_frontier)
     return BacktestResult(
         trace=trace.describe(),
@@ -376,12 +378,17 @@ def _frontiers(
     demand: DemandProfile,
     settings: BacktestSettings,
     bounds: Bounds,
+    rows: Sequence[PolicyResult] = (),
 ) -> tuple[tuple[FrontierPoint, ...], tuple[FrontierPoint, ...]]:
-    """Every static count from 1 to static peak (a dense subset when there are many), then
-    higher counts until one meets the SLO's attainment target on the attainable share
-    (static peak sizes for the busiest oracle bucket's mean rate, which on bursty traffic
-    is far below what a fixed count needs to hold the SLO; a policy a fixed count beats
-    is dominated by it), and the clairvoyant oracle at each utilisation target."""
+    """The static frontier and the oracle frontier.
+
+    Static: every count from 1 to static peak (a dense subset when there are many); where
+    static peak misses the SLO's attainment target on the attainable share, higher counts
+    down to the smallest that meets it (doubling, then bisection: static peak is sized for
+    the busiest oracle bucket's mean rate, far below what a fixed count needs to hold the
+    SLO on bursty traffic); and per policy the largest count costing no more than it
+    (the static point that would dominate it if any does). Oracle: the clairvoyant plan at
+    each utilisation target."""
     peak = max(1, ctx.plan.peak)
     counts = sorted(
         {
@@ -411,12 +418,40 @@ def _frontiers(
 
     statics = [static(replicas) for replicas in counts]
     goal = ctx.cfg.slo.attainment_target * (attainable_share(trace, settings) or 1.0)
-    replicas = counts[-1]
-    for _ in range(settings.static_points):
-        if statics[-1].slo_attainment_ttft >= goal or replicas >= bounds.max_replicas:
-            break
-        replicas = min(bounds.max_replicas, max(replicas + 1, round(replicas * 1.25)))
+    # The smallest count above static peak that meets the goal: doubling, then bisection.
+    failing, meeting = counts[-1], None
+    if statics[-1].slo_attainment_ttft < goal:
+        while meeting is None and failing < bounds.max_replicas:
+            replicas = min(bounds.max_replicas, 2 * failing)
+            statics.append(static(replicas))
+            if statics[-1].slo_attainment_ttft >= goal:
+                meeting = replicas
+            else:
+                failing = replicas
+    while meeting is not None and meeting - failing > 1:
+        replicas = (failing + meeting) // 2
         statics.append(static(replicas))
+        if statics[-1].slo_attainment_ttft >= goal:
+            meeting = replicas
+        else:
+            failing = replicas
+    # Per policy, the largest count that costs no more than it: with attainment rising
+    # in the count, the static point most likely to dominate it. A count's cost is at
+    # least its replicas times the trace (more where a backlog outlasts the trace).
+    per_replica_s = min(point.replica_seconds / (point.replicas or 1) for point in statics)
+    sampled = {point.replicas: point for point in statics}
+    for row in rows:
+        if row.policy in REFERENCES or per_replica_s <= 0:
+            continue
+        replicas = min(bounds.max_replicas, int(row.replica_seconds // per_replica_s))
+        while replicas >= 1:
+            if replicas not in sampled:
+                sampled[replicas] = static(replicas)
+                statics.append(sampled[replicas])
+            if sampled[replicas].replica_seconds <= row.replica_seconds:
+                break
+            replicas -= 1
+    statics.sort(key=lambda point: point.replicas or 0)
     oracles = []
     for utilization in settings.oracle_utilizations:
         plan = oracle_plan(
@@ -452,7 +487,7 @@ def compare_with_frontiers(
     out = []
     for row in rows:
         attained = row.slo_attainment_ttft
-        if attained is None or row.policy in (WORK_BOUND, "oracle", "static-peak"):
+        if attained is None or row.policy in REFERENCES:
             out.append(row)
             continue
         reaching = [p for p in oracle_frontier if p.slo_attainment_ttft >= attained - 1e-12]
