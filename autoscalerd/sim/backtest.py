@@ -279,8 +279,11 @@ def run_backtest(
     ]
     static_frontier: tuple[FrontierPoint, ...] = ()
     oracle_frontier: tuple[FrontierPoint, ...] = ()
+    attainable = attainable_share(trace, settings)
     if settings.frontiers:
-        static_frontier, oracle_frontier = _frontiers(trace, ctx, demand, settings, bounds, rows)
+        static_frontier, oracle_frontier = _frontiers(
+            trace, ctx, demand, settings, bounds, rows, attainable
+        )
         rows = compare_with_frontiers(rows, static_frontier, oracle_frontier)
     return BacktestResult(
         trace=trace.describe(),
@@ -290,7 +293,7 @@ def run_backtest(
         rows=tuple(rows),
         series=series,
         wall_s=wall_s,
-        attainable_ttft=attainable_share(trace, settings),
+        attainable_ttft=attainable,
         static_frontier=static_frontier,
         oracle_frontier=oracle_frontier,
     )
@@ -379,6 +382,7 @@ def _frontiers(
     settings: BacktestSettings,
     bounds: Bounds,
     rows: Sequence[PolicyResult] = (),
+    attainable: float | None = None,
 ) -> tuple[tuple[FrontierPoint, ...], tuple[FrontierPoint, ...]]:
     """The static frontier and the oracle frontier.
 
@@ -416,42 +420,37 @@ def _frontiers(
             row.replica_seconds,
         )
 
-    statics = [static(replicas) for replicas in counts]
-    goal = ctx.cfg.slo.attainment_target * (attainable_share(trace, settings) or 1.0)
+    sampled = {replicas: static(replicas) for replicas in counts}
+
+    def meets(replicas: int) -> bool:
+        if replicas not in sampled:
+            sampled[replicas] = static(replicas)
+        return sampled[replicas].slo_attainment_ttft >= goal
+
+    goal = ctx.cfg.slo.attainment_target * (attainable or 1.0)
     # The smallest count above static peak that meets the goal: doubling, then bisection.
     failing, meeting = counts[-1], None
-    if statics[-1].slo_attainment_ttft < goal:
+    if not meets(failing):
         while meeting is None and failing < bounds.max_replicas:
-            replicas = min(bounds.max_replicas, 2 * failing)
-            statics.append(static(replicas))
-            if statics[-1].slo_attainment_ttft >= goal:
-                meeting = replicas
-            else:
-                failing = replicas
-    while meeting is not None and meeting - failing > 1:
-        replicas = (failing + meeting) // 2
-        statics.append(static(replicas))
-        if statics[-1].slo_attainment_ttft >= goal:
-            meeting = replicas
-        else:
-            failing = replicas
+            probe = min(bounds.max_replicas, 2 * failing)
+            failing, meeting = (failing, probe) if meets(probe) else (probe, None)
+        while meeting is not None and meeting - failing > 1:
+            probe = (failing + meeting) // 2
+            failing, meeting = (failing, probe) if meets(probe) else (probe, meeting)
     # Per policy, the largest count that costs no more than it: with attainment rising
     # in the count, the static point most likely to dominate it. A count's cost is at
     # least its replicas times the trace (more where a backlog outlasts the trace).
-    per_replica_s = min(point.replica_seconds / (point.replicas or 1) for point in statics)
-    sampled = {point.replicas: point for point in statics}
+    per_replica_s = min(p.replica_seconds / (p.replicas or 1) for p in sampled.values())
     for row in rows:
         if row.policy in REFERENCES or per_replica_s <= 0:
             continue
         replicas = min(bounds.max_replicas, int(row.replica_seconds // per_replica_s))
         while replicas >= 1:
-            if replicas not in sampled:
-                sampled[replicas] = static(replicas)
-                statics.append(sampled[replicas])
+            meets(replicas)
             if sampled[replicas].replica_seconds <= row.replica_seconds:
                 break
             replicas -= 1
-    statics.sort(key=lambda point: point.replicas or 0)
+    statics = [sampled[replicas] for replicas in sorted(sampled)]
     oracles = []
     for utilization in settings.oracle_utilizations:
         plan = oracle_plan(
