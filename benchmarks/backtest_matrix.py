@@ -8,7 +8,9 @@ replica-model priors x0.5 and x2 and the cold start x0.5 and x2.
     .venv/bin/python benchmarks/backtest_matrix.py [--traces DIR] [--sensitivity]
 
 The traces are those of data/traces (or --traces DIR); the 2024 week is replayed
-for its first `--week-duration` (default 6h), its token lengths drawn from the 2023 file.
+for its first `--week-duration` (default 6h), its token lengths drawn from the 2023 file;
+WorldCup98 twice: its first `--week-duration` (a calm tide) and the five hours of flash
+crowds on May 18 (`worldcup98-flash`).
 One simulation per policy and per frontier point: minutes per trace on one core.
 """
 
@@ -31,6 +33,9 @@ from autoscalerd.sim.traces import EmpiricalTokens, LognormalTokens, TraceWindow
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ["autoscalerd", "ray-serve", "hpa", "kpa"]
+# The WorldCup98 file's flash crowds: hours 343-348 (1998-05-18, 07:00-12:00).
+FLASH_START_S = 343 * 3600.0
+FLASH_DURATION_S = 5 * 3600.0
 
 
 def traces(directory: Path, week_duration_s: float) -> list[tuple[str, Path, TraceWindow, str]]:
@@ -47,6 +52,14 @@ def traces(directory: Path, week_duration_s: float) -> list[tuple[str, Path, Tra
             "worldcup98",
             directory / "worldcup98_may_per_minute_20rps.csv",
             TraceWindow(duration_s=week_duration_s),
+            "lognormal",
+        ),
+        # May 18, 07:00-12:00: a dozen flash crowds, from a few requests a minute to
+        # 300-1,200 within the minute, and back.
+        (
+            "worldcup98-flash",
+            directory / "worldcup98_may_per_minute_20rps.csv",
+            TraceWindow(start_s=FLASH_START_S, duration_s=FLASH_DURATION_S),
             "lognormal",
         ),
     ]

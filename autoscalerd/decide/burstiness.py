@@ -16,7 +16,7 @@ which lags a change of level, the onset of a flash crowd read as a burst of the 
 over the old (ratios of 20-60 for a minute), and the sizing multiplied that ratio by the
 new level; the centred mean reads the step as the step it is. A Poisson stream of 30
 requests/s reads about 1.4 at ε = 1 %; the Azure 2023 code trace, with 73 % of its
-seconds empty, reads 15-25.
+seconds empty, reads 6-15.
 Clumps are measured in absolute terms as well, at several time scales: for windows of
 1, 2, 4, ... 64 ticks, the requests that arrived in the window ending at each tick, in a
 histogram (log-spaced counts, weighted by the tick's requests, forgotten over
