@@ -49,6 +49,12 @@ def traces(directory: Path, week_duration_s: float) -> list[tuple[str, Path, Tra
         ),
         ("mooncake", directory / "mooncake_fast25_synthetic.jsonl", TraceWindow(), "own"),
         (
+            "mooncake-conv",
+            directory / "mooncake_fast25_conversation.jsonl",
+            TraceWindow(),
+            "own",
+        ),
+        (
             "worldcup98",
             directory / "worldcup98_may_per_minute_20rps.csv",
             TraceWindow(duration_s=week_duration_s),
