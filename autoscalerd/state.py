@@ -218,6 +218,7 @@ def _check_sums(state: DeploymentState, where: str) -> None:
         ("replica_model.prompt_sq", model.prompt_sq, 2),
         ("replica_model.output", model.output, 2),
         ("replica_model.little", model.little, 2),
+        ("replica_model.stretch", model.stretch, 2),
         (
             "replica_model.prompt_mix",
             model.prompt_mix,

@@ -10,6 +10,7 @@ import pytest
 
 from autoscalerd.config import DeploymentConfig, ReplicaModelConfig
 from autoscalerd.decide import burstiness, replica_model, sizing, slo_guard
+from autoscalerd.decide.forgetting import Sums
 from autoscalerd.decide.policy import decide, initial_state
 from autoscalerd.model import Histogram
 from autoscalerd.sim.cluster import Cluster, ReplicaModel
@@ -471,3 +472,84 @@ def test_the_guard_counts_waits_before_ttft_less_prefill() -> None:
             decision, state = decide(obs(float(tick), waits), state, cfg, float(tick))
         assert decision is not None
         assert ((decision.burn_rate_fast or 0.0) > 1.0) is burning
+
+
+@pytest.mark.parametrize("slowness", [1.0, 3.0])
+def test_the_path_stretch_is_littles_law_over_the_engines_timing(slowness: float) -> None:
+    """A serving path that holds each request `slowness` times as long as the engine's
+    own timing says (a busy host's proxy and replica process) reads as that stretch, and
+    every slot time the sizing uses grows by it; the engine's own truth reads one."""
+    truth = ReplicaModel(max_ongoing_requests=16, prefill_tokens_per_s=20_000.0)
+    cfg = ReplicaModelConfig(prefill_tokens_per_s=20_000.0, prompt_tokens=1000, output_tokens=50)
+    rng = np.random.default_rng(1)
+    arrivals = np.cumsum(rng.exponential(1 / 12.0, 4000))
+    batch = RequestBatch(
+        arrivals, rng.integers(200, 1800, arrivals.size), rng.integers(10, 90, arrivals.size)
+    )
+    cluster = Cluster(truth, initial_replicas=2)
+    sensor = SimSensor(cluster, "llm", 30.0, 1.0)
+    state = replica_model.ReplicaModelState()
+
+    def on_tick(now_s: float) -> None:
+        nonlocal state
+        obs = sensor.observe(now_s)
+        ongoing = obs.ongoing_requests
+        assert ongoing is not None
+        obs = dataclasses.replace(
+            obs, ongoing_requests=dataclasses.replace(ongoing, value=ongoing.value * slowness)
+        )
+        state = replica_model.learn(state, obs, cfg, now_s, 1.0, 5.0)
+        engine = dataclasses.replace(replica_model.view(state, cfg, now_s, 1.0), path_stretch=1.0)
+        state = replica_model.learn_stretch(
+            state,
+            obs,
+            lambda lam, replicas: sizing.slot_time_under_load_s(engine, lam, replicas),
+            cfg,
+            now_s,
+            1.0,
+            5.0,
+        )
+
+    cluster.run([batch], 1.0, float(arrivals[-1]), on_tick)
+    learned = replica_model.view(state, cfg, float(arrivals[-1]), 1.0)
+    assert learned.path_stretch == pytest.approx(slowness, rel=0.15)
+    engine = dataclasses.replace(learned, path_stretch=1.0)
+    assert learned.slot_time_s == pytest.approx(engine.slot_time_s * learned.path_stretch)
+    assert "path_stretch" in {e.name for e in learned.estimates}
+
+
+def test_a_path_faster_than_the_engine_or_thin_evidence_stretches_nothing() -> None:
+    cfg = ReplicaModelConfig()
+    from autoscalerd.model import Observation, Reading
+
+    def obs_at(now_s: float, ongoing: float) -> Observation:
+        return Observation(
+            "llm",
+            now_s,
+            ongoing_requests=Reading(ongoing, now_s),
+            completion_rate_per_s=Reading(10.0, now_s),
+            running_replicas=Reading(2.0, now_s),
+        )
+
+    state = replica_model.ReplicaModelState(
+        prefill=Sums((16_000.0, 1.0)), little=Sums((1000.0, 1000.0))
+    )
+    # The model predicts 2 s per request; the path holds them 1 s.
+    for tick in range(100):
+        state = replica_model.learn_stretch(
+            state, obs_at(float(tick), 10.0), lambda lam, r: 2.0, cfg, float(tick), 1.0, 5.0
+        )
+    assert replica_model.view(state, cfg, 100.0, 1.0).path_stretch == 1.0
+    # Slower by 4x, but with fewer than STRETCH_MIN_REQUESTS completions seen: not yet.
+    thin = replica_model.ReplicaModelState(prefill=Sums((16_000.0, 1.0)), little=Sums((5.0, 5.0)))
+    thin = replica_model.learn_stretch(
+        thin, obs_at(1.0, 80.0), lambda lam, r: 2.0, cfg, 1.0, 1.0, 5.0
+    )
+    assert replica_model.view(thin, cfg, 1.0, 1.0).path_stretch == 1.0
+    # A model that cannot predict (overload) adds no evidence.
+    assert (
+        replica_model.learn_stretch(
+            thin, obs_at(2.0, 80.0), lambda lam, r: None, cfg, 2.0, 1.0, 5.0
+        ).stretch
+        == thin.stretch
+    )

@@ -23,6 +23,7 @@ log alone. The scale-down delay lives in one place: `stabilize.apply_delays`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TypeVar
 
 from autoscalerd.config import DeploymentConfig
@@ -99,6 +100,22 @@ def decide(
     # 2. The replica model, learned online; derated under KV-cache pressure or GPU trouble.
     model_state = replica_model.learn(
         state.replica_model, obs, cfg.replica_model, now_s, tick_s, max_age_s
+    )
+    engine = replica_model.view(
+        model_state, cfg.replica_model, now_s, cfg.capacity.service_rate_per_replica
+    )
+    # Little's law against the engine's own timing: how much longer the serving path
+    # holds a slot than the token model predicts at this load.
+    model_state = replica_model.learn_stretch(
+        model_state,
+        obs,
+        lambda lam, replicas: sizing.slot_time_under_load_s(
+            dataclasses.replace(engine, path_stretch=1.0), lam, replicas
+        ),
+        cfg.replica_model,
+        now_s,
+        tick_s,
+        max_age_s,
     )
     model = replica_model.view(
         model_state, cfg.replica_model, now_s, cfg.capacity.service_rate_per_replica

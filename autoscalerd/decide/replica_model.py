@@ -18,7 +18,13 @@ outvoted within seconds of traffic and the estimate follows slow drift:
 - the token mix from the prompt/output counters per request and the prompt-length
   histogram's second moment;
 - the slot time by Little's law (ongoing / completions), which needs no vLLM metrics: the
-  model of a plain Serve deployment.
+  model of a plain Serve deployment;
+- the path's stretch: Little's law's slot time over the one the token model predicts at
+  the load seen (its batch and its prefill queue). The engine's counters time the engine
+  alone; what holds a slot is the whole path (the replica's own process, streaming each
+  token back through Serve's proxy), and on a busy host that takes several times as long.
+  A stretch above one lengthens every slot time the sizing uses; below one is ignored (a
+  faster path than the engine's own timing is no reason to trust the model more).
 
 Pure: `learn(model, inputs, cfg, now_s) -> model`.
 """
@@ -26,6 +32,7 @@ Pure: `learn(model, inputs, cfg, now_s) -> model`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -53,6 +60,8 @@ class ReplicaModelState:
     prompt_sq: Sums | None = None  # (weight, weight·E[prompt²])
     output: Sums | None = None  # (requests, output tokens)
     little: Sums | None = None  # (completions, ongoing·seconds) per replica
+    # (requests·predicted slot seconds, ongoing·seconds): Little's law over the model.
+    stretch: Sums | None = None
     slots: float | None = None
     slots_at_s: float | None = None
     # The prompt-length distribution: requests per bucket of `prompt_bounds` (tokens, +Inf
@@ -88,6 +97,8 @@ class ReplicaView:
     # (lower, upper) prompt tokens and the share of requests in that bucket; empty when no
     # prompt histogram was seen. The last bucket's upper bound is infinite.
     prompt_mix: tuple[tuple[float, float, float], ...] = ()
+    # How much longer the serving path holds a slot than the token model says (≥ 1).
+    path_stretch: float = 1.0
 
     def tpot_s(self, batch: float) -> float:
         return self.tpot_batch1_s + self.tpot_slope_s * max(0.0, batch - 1.0)
@@ -99,12 +110,17 @@ class ReplicaView:
             return None
         return self.prompt_tokens_mean / self.prefill_tokens_per_s
 
+    def slot_time_at_batch_s(self, batch: float) -> float:
+        """How long a request holds a slot with `batch` requests decoding, stretched."""
+        engine_s = (self.prefill_s or 0.0) + self.output_tokens_mean * self.tpot_s(batch)
+        return engine_s * self.path_stretch
+
     @property
     def slot_time_s(self) -> float:
         """How long a request holds a slot with a full batch decoding."""
         if self.prefill_tokens_per_s is None and self.slot_time_observed_s is not None:
             return self.slot_time_observed_s
-        return (self.prefill_s or 0.0) + self.output_tokens_mean * self.tpot_s(self.slots)
+        return self.slot_time_at_batch_s(self.slots)
 
     def service_rate_per_s(self) -> float:
         """μ: requests/s one replica sustains at full load, the tighter of its two limits."""
@@ -193,6 +209,43 @@ def learn(
     return replace(state, **changes) if changes else state  # type: ignore[arg-type]
 
 
+def learn_stretch(
+    state: ReplicaModelState,
+    obs: Observation,
+    predict_slot_s: Callable[[float, float], float | None],
+    cfg: ReplicaModelConfig,
+    now_s: float,
+    tick_s: float,
+    max_age_s: float,
+) -> ReplicaModelState:
+    """Fold one tick of Little's law (ongoing at the replicas over their completions)
+    against `predict_slot_s(completions_per_s, running_replicas)`, the model's slot time
+    at this tick's load (None where the model has no token timing or predicts overload).
+    Weighted by completions, as the slot time itself is: busy ticks say the most. Partial
+    or missing readings change nothing, as in `learn`."""
+    coverage = obs.metrics_coverage_ratio
+    if not cfg.learn or (coverage is not None and not (coverage.value >= 1.0)):
+        return state
+    ongoing = obs.fresh("ongoing_requests", now_s, max_age_s)
+    completions = obs.fresh("completion_rate_per_s", now_s, max_age_s)
+    running = obs.fresh("running_replicas", now_s, max_age_s)
+    if ongoing is None or completions is None or not running or not completions > 0:
+        return state
+    predicted_s = predict_slot_s(completions, running)
+    if predicted_s is None or not math.isfinite(predicted_s) or not predicted_s > 0:
+        return state
+    sums = state.stretch or Sums((0.0, 0.0))
+    expected = completions * tick_s * predicted_s
+    return replace(state, stretch=sums.add(now_s, cfg.mix_memory_s, expected, ongoing * tick_s))
+
+
+# Requests of evidence the stretch needs before it is applied: fewer ticks of Little's law
+# are a gauge's noise (a request in flight counted at one tick's edge).
+STRETCH_MIN_REQUESTS = 50.0
+# A stretch is bounded: beyond this the serving path is broken, which the SLO guard sees.
+STRETCH_MAX = 10.0
+
+
 # Prefill speeds outside these are no engine's (tokens per second).
 _MIN_PREFILL_PER_S = 1.0
 _MAX_PREFILL_PER_S = 1e9
@@ -256,6 +309,13 @@ def view(
             estimates.append(_estimate("slot_time_observed_s", slot_time_s, state.little, now_s))
     if prefill_per_s is None and slot_time_s is None:
         slot_time_s = slots / fallback_service_rate_per_s
+    stretch = 1.0
+    if state.stretch is not None and prefill_per_s is not None:
+        expected_s, observed_s = state.stretch.decayed(now_s, mix_s)
+        done = state.little.decayed(now_s, mix_s)[0] if state.little is not None else 0.0
+        if expected_s > 0 and done >= STRETCH_MIN_REQUESTS:
+            stretch = min(STRETCH_MAX, max(1.0, observed_s / expected_s))
+        estimates.append(_estimate("path_stretch", stretch, state.stretch, now_s))
     prompt_mix: tuple[tuple[float, float, float], ...] = ()
     if state.prompt_mix is not None and state.prompt_bounds is not None:
         counts = state.prompt_mix.decayed(now_s, mix_s)
@@ -279,6 +339,7 @@ def view(
         slot_time_observed_s=slot_time_s,
         estimates=tuple(estimates),
         prompt_mix=prompt_mix,
+        path_stretch=stretch,
     )
 
 

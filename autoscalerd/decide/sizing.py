@@ -117,26 +117,15 @@ def predicted_tail(
     lam = inputs.arrival_rate_per_s
     budget_s = inputs.wait_budget_s
     factor = max(1e-3, inputs.capacity_factor)
-    per_replica = lam / replicas
     terms: list[tuple[float, float]] = []
     prefill_wait_s = 0.0
     rho: float | None = None
-    prefill_s = model.prefill_s
-    if prefill_s is not None and prefill_s > 0:
-        mean_s = prefill_s / factor
-        assert model.prefill_tokens_per_s is not None
-        second_s2 = model.prompt_tokens_sq_mean / (model.prefill_tokens_per_s * factor) ** 2
-        rho = per_replica * mean_s
+    queue = _prefill_queue(model, lam, replicas, factor)
+    if queue is not None:
+        rho, mg1_wait_s, occupied = queue
         if rho >= 1.0:
             return 1.0, rho, 1.0, False
         if rho > 0:
-            mg1_wait_s = per_replica * second_s2 / (2.0 * (1.0 - rho))
-            # The least-loaded router sends a request to an empty replica while there is
-            # one; it meets a busy prefill engine only when every replica holds a request.
-            occupied = _poisson_at_least(
-                lam * (_slot_time_at_load_s(model, lam, replicas) + mg1_wait_s) / factor,
-                replicas,
-            )
             prefill_wait_s = occupied * mg1_wait_s
             terms.append((occupied * rho, rho / mg1_wait_s))
     slot_s = (model.slot_time_s + prefill_wait_s) / factor
@@ -282,9 +271,61 @@ def _slot_time_at_load_s(model: ReplicaView, arrival_rate_per_s: float, replicas
     replica (Little's law, b = λ·T/R, one fixed-point step from b = 1), not a full one."""
     if model.prefill_s is None:
         return model.slot_time_s
-    at_one_s = model.prefill_s + model.output_tokens_mean * model.tpot_s(1.0)
+    at_one_s = model.slot_time_at_batch_s(1.0)
     batch = min(float(model.slots), max(1.0, arrival_rate_per_s * at_one_s / replicas))
-    return model.prefill_s + model.output_tokens_mean * model.tpot_s(batch)
+    return model.slot_time_at_batch_s(batch)
+
+
+def slot_time_under_load_s(
+    model: ReplicaView, arrival_rate_per_s: float, replicas: float
+) -> float | None:
+    """What the model predicts a request holds a slot for at this load: its prefill wait
+    (the M/G/1 queue behind the least-loaded router), prefill and decode at the batch this
+    load gives. None without token timing (nothing to predict from) or at an overload
+    (no steady state to predict)."""
+    count = round(replicas)
+    queue = _prefill_queue(model, arrival_rate_per_s, count, 1.0) if count >= 1 else None
+    if queue is None or queue[0] >= 1.0:
+        return None
+    _, mg1_wait_s, occupied = queue
+    # The batch b solves b = λ·T(b)/R with T(b) = prefill + output·(a + s·(b − 1)): exactly,
+    # as tpot is linear in b (a full batch where the load asks for more than the slots).
+    per_replica = arrival_rate_per_s / count
+    prefill_s = model.prefill_s or 0.0
+    output = model.output_tokens_mean
+    below = 1.0 - per_replica * output * model.tpot_slope_s
+    batch = float(model.slots)
+    if below > 0:
+        solved = per_replica * (prefill_s + output * (model.tpot_batch1_s - model.tpot_slope_s))
+        batch = min(batch, max(1.0, solved / below))
+    return model.slot_time_at_batch_s(batch) + occupied * mg1_wait_s
+
+
+def _prefill_queue(
+    model: ReplicaView, arrival_rate_per_s: float, replicas: int, factor: float
+) -> tuple[float, float, float] | None:
+    """(ρ, M/G/1 mean wait, share of arrivals that meet a busy prefill engine) per replica
+    at λ/R; None without token timing. Past ρ = 1 the wait is infinite."""
+    prefill_s = model.prefill_s
+    if prefill_s is None or prefill_s <= 0 or model.prefill_tokens_per_s is None:
+        return None
+    per_replica = arrival_rate_per_s / replicas
+    rho = per_replica * prefill_s / factor
+    if rho >= 1.0:
+        return rho, math.inf, 1.0
+    if rho <= 0:
+        return rho, 0.0, 0.0
+    second_s2 = model.prompt_tokens_sq_mean / (model.prefill_tokens_per_s * factor) ** 2
+    mg1_wait_s = per_replica * second_s2 / (2.0 * (1.0 - rho))
+    # The least-loaded router sends a request to an empty replica while there is one; it
+    # meets a busy prefill engine only when every replica holds a request.
+    occupied = _poisson_at_least(
+        arrival_rate_per_s
+        * (_slot_time_at_load_s(model, arrival_rate_per_s, replicas) + mg1_wait_s)
+        / factor,
+        replicas,
+    )
+    return rho, mg1_wait_s, occupied
 
 
 def _poisson_at_least(mean: float, count: int) -> float:
