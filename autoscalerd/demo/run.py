@@ -186,6 +186,7 @@ async def _drive(cluster: Any, the_plan: Plan, args: argparse.Namespace) -> str:
     from autoscalerd.demo.report import RequestOutcome, TickRow, write_report
     from autoscalerd.demo.view import DemoView
     from autoscalerd.emulator import loadgen
+    from autoscalerd.forecast import holt_winters
     from autoscalerd.loop import Controller, TickReport
 
     os.environ.update({k: v for k, v in cluster.env().items() if k.startswith("RAY_")})
@@ -224,7 +225,9 @@ async def _drive(cluster: Any, the_plan: Plan, args: argparse.Namespace) -> str:
     ttft_slo_s = slo.ttft_s or 1.0
     sensors = registry.build_sensors(config)
     actuators = registry.build_actuators(config, ActuatorContext(config=config, dry_run=False))
-    # Refits are tiny here (a few 5 s buckets): in line, no worker process to clean up.
+    # Refits are tiny here (a few 10 s buckets): in line, no worker process to clean up;
+    # statsmodels imported before the load starts, not by the first refit in mid-load.
+    holt_winters.preload()
     controller = Controller(config, sensors, actuators, RealClock(), inline_refit=True)
     view = DemoView(deployment, ttft_slo_s, slo.e2e_s, the_plan.load_s + the_plan.tail_s)
     rows: list[TickRow] = []

@@ -540,6 +540,14 @@ def _method_for(history_buckets: int, cfg: ForecastConfig) -> str:
     return "ewma"
 
 
+def preload() -> None:
+    """Import what a refit needs now. A caller that refits in line on a live loop (the
+    demo, whose load generator shares the loop) calls it before the clock matters: the
+    first import of statsmodels took 6-11 s on a busy 2-core host, and a loop that
+    stalls that long sends a trace's requests late, in one clump."""
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing  # noqa: F401
+
+
 def _fit_statsmodels(
     window: FloatArray, buckets_seen: int, season_length: int, seasonal: str | None
 ) -> FittedModel | None:
