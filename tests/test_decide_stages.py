@@ -180,6 +180,28 @@ def test_burstiness_reads_poisson_near_one_and_clumps_high() -> None:
     assert burstiness.peak_to_mean(clumped, 0.01, 30.0, 1.0, 1800.0) > 15
 
 
+def test_burstiness_reads_a_step_up_in_level_as_a_step_not_a_burst() -> None:
+    """A flash crowd: 0.3 requests/s for ten minutes, then 20/s, Poisson at both levels.
+    The onset is a change of level, which the forecast follows; counted against the
+    smoothed level alone, which lags the step, the onset's ticks read up to 60x the mean,
+    the quantile 6x, and that ratio times the new level sized for 6x the crowd's ticks.
+    Read against a window centred on the tick as well, the step is about 2 at its onset
+    and the crowd itself Poisson."""
+    rng = np.random.default_rng(3)
+    state = burstiness.BurstState()
+    for tick in range(1, 1801):
+        rate = 0.3 if tick <= 600 else 20.0
+        state = burstiness.observe(state, float(rng.poisson(rate)), 1.0, float(tick), 60.0)
+    ratio = burstiness.peak_to_mean(state, 0.01, 20.0, 1.0, 1800.0)
+    assert ratio < 3.0  # the bins are 1.25x apart: 2.44 here, 5.96 counted against the old level
+    # Clumps in a near-empty window still read high: the on-off case is not smoothed away.
+    quiet = burstiness.BurstState()
+    for tick in range(1, 1801):
+        arrivals = 40.0 if tick % 120 == 0 else float(rng.poisson(0.2))
+        quiet = burstiness.observe(quiet, arrivals, 1.0, float(tick), 60.0)
+    assert burstiness.peak_to_mean(quiet, 0.01, 0.5, 1.0, 1800.0) > 20
+
+
 @pytest.mark.parametrize("prior_factor", [0.5, 2.0])
 def test_a_wrong_prior_is_corrected_online(prior_factor: float) -> None:
     truth = ReplicaModel(max_ongoing_requests=32, prefill_tokens_per_s=16_000.0)
