@@ -23,10 +23,13 @@ def test_short_demo_scales_up_reports_and_leaves_no_ray_behind(
 ) -> None:
     assert not ray_processes(), "a Ray cluster is already running here"
     report_dir = tmp_path / "report"
-    # Four trace minutes from 2 min in (a burst, then calmer) at 4x: a minute of load,
-    # then the quiet tail (downscale delay + lead time + a forecast bucket).
+    # Four minutes of the Azure 2023 code trace from 2 min in (a burst, then calmer) at
+    # 4x: a minute of load, then the quiet tail (downscale delay + lead time + a forecast
+    # bucket).
+    slice_args = ["--trace", str(REPO / "data" / "traces" / "azure_llm_2023_code.csv")]
+    slice_args += ["--start", "2m", "--duration", "4m", "--speed", "4", "--rate-scale", "0.3"]
     result = subprocess.run(
-        [autoscalerd_bin(), "demo", "--duration", "4m", "--report-dir", str(report_dir)],
+        [autoscalerd_bin(), "demo", *slice_args, "--report-dir", str(report_dir)],
         cwd=REPO,
         env=cli_env,
         capture_output=True,

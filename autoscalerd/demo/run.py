@@ -28,7 +28,10 @@ from autoscalerd.config import Config, ConfigError, PluginConfig, load_config
 from autoscalerd.decide.gpu_health import ReplicaPlacement
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_TRACE = REPO / "data" / "traces" / "azure_llm_2023_code.csv"
+# The Azure 2024 code week from Sunday noon to Tuesday 00:00 (36 h): the quiet weekend,
+# Monday's morning ramp to the weekday peak (about 10x the night's rate) and its fall,
+# replayed 432x faster (5 minutes) and thinned to what three emulated replicas serve.
+DEFAULT_TRACE = REPO / "data" / "traces" / "azure_llm_2024_code_10s_counts.csv"
 DEFAULT_CONFIG = REPO / "config" / "demo.yaml"
 APP_NAME = "llm"
 ROUTE = "/llm"
@@ -56,12 +59,12 @@ def add_parser(sub: Any) -> None:
         help="trace file (any format the backtest reads)",
     )
     demo.add_argument(
-        "--start", default="120", help="where the slice starts in the trace (s, or 2m, 1h)"
+        "--start", default="60h", help="where the slice starts in the trace (s, or 2m, 1h)"
     )
-    demo.add_argument("--duration", default="720", help="length of the trace slice (s, or 12m)")
-    demo.add_argument("--speed", type=float, default=4.0, help="trace seconds per wall second")
+    demo.add_argument("--duration", default="36h", help="length of the trace slice (s, or 12m)")
+    demo.add_argument("--speed", type=float, default=432.0, help="trace seconds per wall second")
     demo.add_argument(
-        "--rate-scale", type=float, default=0.3, help="thin (<1) or copy (>1) requests"
+        "--rate-scale", type=float, default=0.0006, help="thin (<1) or copy (>1) requests"
     )
     demo.add_argument(
         "--config", type=Path, default=DEFAULT_CONFIG, help="autoscalerd config for the demo"
