@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 import tempfile
 import time
@@ -80,6 +81,18 @@ async def phase(
         if obs is not None:
             tick_s = now_s - last_s if last_s is not None else 1.0
             state = replica_model.learn(state, obs, priors, now_s, tick_s, 10.0)
+            engine = dataclasses.replace(
+                replica_model.view(state, priors, now_s, 1.0), path_stretch=1.0
+            )
+            state = replica_model.learn_stretch(
+                state,
+                obs,
+                lambda lam, r, engine=engine: sizing.slot_time_under_load_s(engine, lam, r),
+                priors,
+                now_s,
+                tick_s,
+                10.0,
+            )
             if obs.arrival_rate_per_s is not None and time.monotonic() - started > 10:
                 rates.append(obs.arrival_rate_per_s.value)
             if obs.running_replicas is not None:
@@ -106,6 +119,7 @@ async def phase(
         "rho": rho,
         "replicas": running,
         "prefill_tps": model.prefill_tokens_per_s,
+        "stretch": model.path_stretch,
         "predicted": predicted,
         "observed": observed,
         "wait_mean_s": sum(waits) / len(waits) if waits else float("nan"),
@@ -135,7 +149,8 @@ async def main_async(args: argparse.Namespace) -> int:
         )
         print(
             f"{'load':>5} {'rate/s':>7} {'rho':>5} {'prefill tok/s':>13} "
-            f"{'late predicted':>14} {'late observed':>13} {'mean wait s':>11} {'requests':>8}"
+            f"{'late predicted':>14} {'late observed':>13} {'mean wait s':>11} {'requests':>8} "
+            f"{'path stretch':>12}"
         )
         try:
             for share in args.loads:
@@ -144,7 +159,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     f"{share:>5.2f} {row['rate']:>7.2f} {row['rho'] or 0:>5.2f} "
                     f"{row['prefill_tps'] or 0:>13.0f} {100 * row['predicted']:>13.2f}% "
                     f"{100 * row['observed']:>12.2f}% {row['wait_mean_s']:>11.3f} "
-                    f"{row['requests']:>8}",
+                    f"{row['requests']:>8} {row['stretch']:>12.2f}",
                     flush=True,
                 )
         finally:
