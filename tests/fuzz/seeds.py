@@ -3,6 +3,7 @@ the decision pipeline itself, Ray 2.60's Prometheus text and Serve API answers."
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -12,6 +13,7 @@ import yaml
 from autoscalerd import state
 from autoscalerd.config import Config, DeploymentConfig
 from autoscalerd.decide import policy
+from autoscalerd.decide.forgetting import Sums
 from autoscalerd.forecast.holt_winters import FittedModel, ForecasterState
 from autoscalerd.model import DeploymentState, Histogram, Observation, Reading
 
@@ -138,18 +140,26 @@ def state_files() -> tuple[bytes, ...]:
     """State files as the daemon writes them, from states the pipeline itself produced."""
     small_buckets = {"bucket_s": 5, "season_length": 4, "history_seasons": 2}
     plain = _run(_config(), 40, vllm=False)
-    learned = _run(_config(slo={"ttft_s": 1.0, "e2e_s": 10.0}), 60, vllm=True)
+    # Long enough for every learned sum to exist (the burst ratio needs a 64-tick window);
+    # this tide overloads the model's prefill, which stretches nothing: a path stretch
+    # learned elsewhere is set by hand, so the fuzzer mutates its sums too.
+    learned = _run(_config(slo={"ttft_s": 1.0, "e2e_s": 10.0}), 80, vllm=True)
+    learned = learned.with_(
+        replica_model=dataclasses.replace(
+            learned.replica_model, stretch=Sums((40.0, 52.0), 60, 80.0)
+        )
+    )
     forecast = _run(_config(forecast={**small_buckets, "refit_interval_s": 20}), 120, vllm=False)
     ray = _run(_config(mode="ray-compatible"), 40, vllm=False)
     snapshots = [
         state.Snapshot(40.0, 1.7e9, None, {"app/dep": state.SavedDeployment(40.0, plain)}),
         state.Snapshot(
-            60.0,
+            80.0,
             1.7e9,
             0.0,
             {
                 "app/dep": state.SavedDeployment(
-                    60.0,
+                    80.0,
                     learned,
                     paused=True,
                     override_replicas=4,
