@@ -202,6 +202,20 @@ def test_burstiness_reads_a_step_up_in_level_as_a_step_not_a_burst() -> None:
     assert burstiness.peak_to_mean(quiet, 0.01, 0.5, 1.0, 1800.0) > 20
 
 
+def poisson_on_cluster(
+    truth: ReplicaModel, replicas: int, rate_per_s: float, requests: int, seed: int
+) -> tuple[Cluster, SimSensor, RequestBatch]:
+    """Poisson arrivals (prompts 200-1800 tokens, outputs 10-90) for a simulated cluster of
+    `replicas`, and the sensor that watches it."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1 / rate_per_s, requests))
+    batch = RequestBatch(
+        arrivals, rng.integers(200, 1800, arrivals.size), rng.integers(10, 90, arrivals.size)
+    )
+    cluster = Cluster(truth, initial_replicas=replicas)
+    return cluster, SimSensor(cluster, "llm", 30.0, 1.0), batch
+
+
 @pytest.mark.parametrize("prior_factor", [0.5, 2.0])
 def test_a_wrong_prior_is_corrected_online(prior_factor: float) -> None:
     truth = ReplicaModel(max_ongoing_requests=32, prefill_tokens_per_s=16_000.0)
@@ -212,13 +226,8 @@ def test_a_wrong_prior_is_corrected_online(prior_factor: float) -> None:
         prompt_tokens=2000 * prior_factor,
         output_tokens=100 * prior_factor,
     )
-    rng = np.random.default_rng(0)
-    arrivals = np.cumsum(rng.exponential(1 / 20.0, 6000))
-    batch = RequestBatch(
-        arrivals, rng.integers(200, 1800, arrivals.size), rng.integers(10, 90, arrivals.size)
-    )
-    cluster = Cluster(truth, initial_replicas=3)
-    sensor = SimSensor(cluster, "llm", 30.0, 1.0)
+    cluster, sensor, batch = poisson_on_cluster(truth, 3, 20.0, 6000, seed=0)
+    arrivals = batch.arrival_s
     state = replica_model.ReplicaModelState()
 
     def on_tick(now_s: float) -> None:
@@ -503,13 +512,8 @@ def test_the_path_stretch_is_littles_law_over_the_engines_timing(slowness: float
     every slot time the sizing uses grows by it; the engine's own truth reads one."""
     truth = ReplicaModel(max_ongoing_requests=16, prefill_tokens_per_s=20_000.0)
     cfg = ReplicaModelConfig(prefill_tokens_per_s=20_000.0, prompt_tokens=1000, output_tokens=50)
-    rng = np.random.default_rng(1)
-    arrivals = np.cumsum(rng.exponential(1 / 12.0, 4000))
-    batch = RequestBatch(
-        arrivals, rng.integers(200, 1800, arrivals.size), rng.integers(10, 90, arrivals.size)
-    )
-    cluster = Cluster(truth, initial_replicas=2)
-    sensor = SimSensor(cluster, "llm", 30.0, 1.0)
+    cluster, sensor, batch = poisson_on_cluster(truth, 2, 12.0, 4000, seed=1)
+    arrivals = batch.arrival_s
     state = replica_model.ReplicaModelState()
 
     def on_tick(now_s: float) -> None:
