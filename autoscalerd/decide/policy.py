@@ -101,25 +101,22 @@ def decide(
     model_state = replica_model.learn(
         state.replica_model, obs, cfg.replica_model, now_s, tick_s, max_age_s
     )
-    engine = replica_model.view(
+    model = replica_model.view(
         model_state, cfg.replica_model, now_s, cfg.capacity.service_rate_per_replica
     )
     # Little's law against the engine's own timing: how much longer the serving path
     # holds a slot than the token model predicts at this load.
+    engine = dataclasses.replace(model, path_stretch=1.0)
     model_state = replica_model.learn_stretch(
         model_state,
         obs,
-        lambda lam, replicas: sizing.slot_time_under_load_s(
-            dataclasses.replace(engine, path_stretch=1.0), lam, replicas
-        ),
+        lambda lam, replicas: sizing.slot_time_under_load_s(engine, lam, replicas),
         cfg.replica_model,
         now_s,
         tick_s,
         max_age_s,
     )
-    model = replica_model.view(
-        model_state, cfg.replica_model, now_s, cfg.capacity.service_rate_per_replica
-    )
+    model = replica_model.restretched(model, model_state, cfg.replica_model, now_s)
     capacity_factor = capacity.derate(
         obs.fresh("kv_cache_usage_ratio", now_s, max_age_s), cfg.capacity.kv_cache_derate_above
     )

@@ -309,13 +309,9 @@ def view(
             estimates.append(_estimate("slot_time_observed_s", slot_time_s, state.little, now_s))
     if prefill_per_s is None and slot_time_s is None:
         slot_time_s = slots / fallback_service_rate_per_s
-    stretch = 1.0
-    if state.stretch is not None and prefill_per_s is not None:
-        expected_s, observed_s = state.stretch.decayed(now_s, mix_s)
-        done = state.little.decayed(now_s, mix_s)[0] if state.little is not None else 0.0
-        if expected_s > 0 and done >= STRETCH_MIN_REQUESTS:
-            stretch = min(STRETCH_MAX, max(1.0, observed_s / expected_s))
-        estimates.append(_estimate("path_stretch", stretch, state.stretch, now_s))
+    stretch = _stretch(state, cfg, now_s) if prefill_per_s is not None else None
+    if stretch is not None:
+        estimates.append(stretch)
     prompt_mix: tuple[tuple[float, float, float], ...] = ()
     if state.prompt_mix is not None and state.prompt_bounds is not None:
         counts = state.prompt_mix.decayed(now_s, mix_s)
@@ -339,8 +335,36 @@ def view(
         slot_time_observed_s=slot_time_s,
         estimates=tuple(estimates),
         prompt_mix=prompt_mix,
-        path_stretch=stretch,
+        path_stretch=stretch.value if stretch is not None else 1.0,
     )
+
+
+def restretched(
+    model: ReplicaView, state: ReplicaModelState, cfg: ReplicaModelConfig, now_s: float
+) -> ReplicaView:
+    """`model` (a view of an earlier `state`) with the path stretch `state` now holds:
+    what `view(state, ...)` would give after `learn_stretch` alone, without redoing the
+    rest of the view."""
+    if model.prefill_tokens_per_s is None:
+        return model
+    stretch = _stretch(state, cfg, now_s)
+    if stretch is None:
+        return model
+    others = tuple(e for e in model.estimates if e.name != "path_stretch")
+    return replace(model, path_stretch=stretch.value, estimates=(*others, stretch))
+
+
+def _stretch(state: ReplicaModelState, cfg: ReplicaModelConfig, now_s: float) -> Estimate | None:
+    """The path stretch (≥ 1, at most STRETCH_MAX; 1 on thin evidence), or None unlearned."""
+    if state.stretch is None:
+        return None
+    mix_s = cfg.mix_memory_s
+    expected_s, observed_s = state.stretch.decayed(now_s, mix_s)
+    done = state.little.decayed(now_s, mix_s)[0] if state.little is not None else 0.0
+    value = 1.0
+    if expected_s > 0 and done >= STRETCH_MIN_REQUESTS:
+        value = min(STRETCH_MAX, max(1.0, observed_s / expected_s))
+    return _estimate("path_stretch", value, state.stretch, now_s)
 
 
 def _slots(state: ReplicaModelState, cfg: ReplicaModelConfig) -> int:
