@@ -188,6 +188,8 @@ class Decision:
     load_unit: str = "requests"
     arrival_rate_obs_per_s: float | None = None
     arrival_rate_short_per_s: float | None = None
+    # The scale-down evidence's rate: the mean over the downscale delay's window.
+    arrival_rate_down_per_s: float | None = None
     arrival_rate_forecast_per_s: float | None = None
     arrival_rate_upper_per_s: float | None = None
     arrival_rate_target_per_s: float | None = None

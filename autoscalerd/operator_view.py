@@ -362,6 +362,7 @@ def explain_text(
         [
             ("observed (look-back mean)", rate("arrival_rate_obs_per_s")),
             ("short window", rate("arrival_rate_short_per_s")),
+            ("scale-down window", rate("arrival_rate_down_per_s")),
             (
                 "forecast point / upper",
                 f"{number(decision.get('arrival_rate_forecast_per_s'))} / "

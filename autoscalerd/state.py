@@ -212,6 +212,8 @@ def _check_sums(state: DeploymentState, where: str) -> None:
         ("guard.slow", state.guard.slow, 2),
         ("guard.calibrating", state.guard.calibrating, 2),
         ("guard.calibrating_fast", state.guard.calibrating_fast, 2),
+        ("guard.clumped", state.guard.clumped, 1),
+        ("guard.clumped_fast", state.guard.clumped_fast, 1),
         ("replica_model.prefill", model.prefill, 2),
         ("replica_model.tpot", model.tpot, 5),
         ("replica_model.prompt", model.prompt, 2),

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from autoscalerd.config import DeploymentConfig, ReplicaModelConfig
-from autoscalerd.decide import burstiness, replica_model, sizing, slo_guard
+from autoscalerd.decide import burstiness, rates, replica_model, sizing, slo_guard
 from autoscalerd.decide.forgetting import Sums
 from autoscalerd.decide.policy import decide, initial_state
-from autoscalerd.model import Histogram
+from autoscalerd.model import DeploymentState, Histogram, Observation, Reading
 from autoscalerd.sim.cluster import Cluster, ReplicaModel
 from autoscalerd.sim.sensor import SimSensor
 from autoscalerd.sim.traces import RequestBatch
@@ -288,15 +288,35 @@ def test_calibration_moves_on_what_both_windows_agree_on() -> None:
         state, verdict = slo_guard.update(state, counts, 0.01, 0.01, 300.0, 3600.0, tick)
         verdicts.append(verdict)
     assert verdicts[359].calibration > 4.0  # during it, both windows see it
-    slow = _ratio_of(state.calibrating.decayed(2160.0, 3600.0))
-    fast = _ratio_of(state.calibrating_fast.decayed(2160.0, 300.0))
+    slow = _ratio_of(
+        state.calibrating.decayed(2160.0, 3600.0), state.clumped.decayed(2160.0, 3600.0)
+    )
+    fast = _ratio_of(
+        state.calibrating_fast.decayed(2160.0, 300.0), state.clumped_fast.decayed(2160.0, 300.0)
+    )
     assert slow > 2.0 and fast < 1.5
     assert verdicts[-1].calibration == pytest.approx(fast) and not verdicts[-1].mismatch
 
 
-def _ratio_of(window: tuple[float, ...]) -> float:
+def _ratio_of(window: tuple[float, ...], squares: tuple[float, ...]) -> float:
     seen, predicted = window
-    return (seen + 3.0) / (predicted + 3.0)
+    pseudo = 3.0 * max(1.0, squares[0] / seen)  # 3 pseudo-events of the misses' clump size
+    return (seen + pseudo) / (predicted + pseudo)
+
+
+def test_one_clump_of_misses_weighs_as_one_piece_of_evidence() -> None:
+    # The model predicts no misses; twelve are seen. One a tick for twelve ticks: twelve
+    # pieces of evidence, (12 + 3) / (0 + 3) = 5. All twelve in one tick (a burst): the
+    # clump size is 144 / 12 = 12, so the 3 pseudo-events weigh 36: (12 + 36) / 36.
+    def calibration(bad_per_tick: list[float]) -> float:
+        state = slo_guard.GuardState()
+        for tick, bad in enumerate(bad_per_tick, start=1):
+            counts = slo_guard.waits_over_budget(waits_over(bad), 0.5)
+            state, verdict = slo_guard.update(state, counts, 0.0, 0.01, 1e9, 1e9, float(tick))
+        return verdict.calibration
+
+    assert calibration([1.0] * 12) == pytest.approx(15.0 / 3.0, rel=1e-6)
+    assert calibration([12.0] + [0.0] * 11) == pytest.approx(48.0 / 36.0, rel=1e-6)
 
 
 def _bursts(clumped: bool) -> burstiness.BurstState:
@@ -579,3 +599,40 @@ def test_a_path_faster_than_the_engine_or_thin_evidence_stretches_nothing() -> N
         ).stretch
         == thin.stretch
     )
+
+
+def _down_rate(per_tick: list[float]) -> float | None:
+    """The scale-down rate after these per-tick rates, one a second (30 s look-back,
+    300 s downscale window)."""
+    cfg = DeploymentConfig(  # type: ignore[arg-type]
+        name="llm", autoscaling={"look_back_period_s": 30, "downscale_delay_s": 300}
+    )
+    now_s = float(len(per_tick))
+    state = DeploymentState(
+        target_replicas=1,
+        started_at_s=0.0,
+        rate_samples=tuple((float(t), r) for t, r in enumerate(per_tick[:-1], start=1)),
+    )
+    obs = Observation(
+        deployment="llm", sensed_at_s=now_s, arrival_rate_per_s=Reading(per_tick[-1], now_s)
+    )
+    return rates.observe(obs, state, cfg, now_s).rate_down_per_s
+
+
+def test_scale_down_rate_trims_noise_from_the_look_back_mean_not_a_fall_or_a_rise() -> None:
+    # The look-back holds the 31 samples at or after now − 30 s; the window all 300.
+    z = math.sqrt(2 * math.log(300 / 31))  # about 2.13
+    # A fall is taken as it is: the look-back mean, 2 (the window's 9.2 would hold it).
+    assert _down_rate([10.0] * 269 + [2.0] * 31) == pytest.approx(2.0)
+    # Steady 0/6 a second (level 3, spread 3): the last 31 s happen to hold 18 6s, not
+    # 15 or 16, a mean of 3.48. Noise explains up to z · 3 / √31 = 1.15 of it: the
+    # window's mean, 3.04, is the rate.
+    steady = [0.0, 6.0] * 134 + [0.0] + [6.0] * 5 + [0.0, 6.0] * 13
+    assert len(steady) == 300 and sum(steady[-31:]) / 31 == pytest.approx(108 / 31)
+    assert _down_rate(steady) == pytest.approx(sum(steady) / 300)
+    # A step from 3 to 30/s: spread √(mean of squares − level²) over the window; the
+    # excess beyond z standard errors stays.
+    rise = [3.0] * 269 + [30.0] * 31
+    spread = math.sqrt(sum(r * r for r in rise) / 300 - (sum(rise) / 300) ** 2)
+    assert _down_rate(rise) == pytest.approx(30.0 - z * spread / math.sqrt(31))
+    assert 26.0 < 30.0 - z * spread / math.sqrt(31) < 28.0

@@ -127,7 +127,7 @@ def decide(
     )
     upper_per_s = prediction.upper_per_s if prediction is not None else None
     rate_target = _max_known(upper_per_s, r.rate_short_per_s)
-    rate_sustained = _max_known(upper_per_s, r.rate_obs_per_s)
+    rate_sustained = _max_known(upper_per_s, r.rate_down_per_s)
     if upper_per_s is not None and upper_per_s > (r.rate_short_per_s or 0.0):
         reasons.append(Reason.FORECAST_LEADS)
 
@@ -302,6 +302,7 @@ def decide(
         load_unit="requests",
         arrival_rate_obs_per_s=r.rate_obs_per_s,
         arrival_rate_short_per_s=r.rate_short_per_s,
+        arrival_rate_down_per_s=r.rate_down_per_s,
         arrival_rate_forecast_per_s=prediction.point_per_s if prediction else None,
         arrival_rate_upper_per_s=upper_per_s,
         arrival_rate_target_per_s=rate_target,

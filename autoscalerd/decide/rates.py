@@ -10,7 +10,10 @@ inputs, or in the ticks themselves (a paused process, a clock step).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import fmean, pstdev
 
 from autoscalerd.config import DeploymentConfig
 from autoscalerd.decide import capacity
@@ -32,6 +35,8 @@ class Rates:
     arrival_rate_per_s: float | None  # this tick
     rate_obs_per_s: float | None  # mean over look_back_period_s
     rate_short_per_s: float | None  # mean over reactive_window_s (0: this tick)
+    # The scale-down evidence: the look-back mean less the noise in its excess (_down_rate).
+    rate_down_per_s: float | None
     ongoing: float | None
     queued: float | None
     stale: tuple[str, ...]  # inputs the sensor knows of but that are too old
@@ -60,12 +65,15 @@ def observe(obs: Observation, state: DeploymentState, cfg: DeploymentConfig, now
     if arrivals is not None:
         samples = (*samples, (now_s, arrivals))
     samples = capacity.window(
-        samples, now_s, max(a.look_back_period_s, cfg.capacity.reactive_window_s)
+        samples,
+        now_s,
+        max(a.look_back_period_s, a.downscale_delay_s, cfg.capacity.reactive_window_s),
     )
     rate_obs = capacity.mean_rate(samples, now_s, a.look_back_period_s)
     rate_short = capacity.mean_rate(samples, now_s, cfg.capacity.reactive_window_s)
+    rate_down = _down_rate(samples, now_s, a.look_back_period_s, a.downscale_delay_s)
     if arrivals is None:
-        rate_obs = rate_short = None
+        rate_obs = rate_short = rate_down = None
     last_arrival_at_s = state.last_arrival_at_s
     if (arrivals or 0.0) > 0 or (ongoing or 0.0) + (queued or 0.0) > 0:
         last_arrival_at_s = now_s
@@ -87,6 +95,7 @@ def observe(obs: Observation, state: DeploymentState, cfg: DeploymentConfig, now
         arrival_rate_per_s=arrivals,
         rate_obs_per_s=rate_obs,
         rate_short_per_s=rate_short,
+        rate_down_per_s=rate_down,
         ongoing=ongoing,
         queued=queued,
         stale=stale,
@@ -97,3 +106,32 @@ def observe(obs: Observation, state: DeploymentState, cfg: DeploymentConfig, now
         last_arrival_at_s=last_arrival_at_s,
         rate_samples=samples,
     )
+
+
+def _down_rate(
+    samples: Sequence[tuple[float, float]], now_s: float, look_back_s: float, window_s: float
+) -> float | None:
+    """The rate a scale-down is sized for: the look-back mean, its excess over the mean of
+    the downscale window less what noise explains.
+
+    A scale-down goes to the most any tick of its window asked for, and each tick asks
+    for its look-back mean: on steady traffic that is the largest of n = window ÷
+    look-back noisy means, about √(2·ln n) standard errors above the level (2.1 for Ray's
+    30 s in 300 s), paid in replicas all day. So the excess of a look-back mean over the
+    window's mean counts only beyond √(2·ln n) standard errors (the per-tick rates'
+    spread over the window, over √ticks in the look-back). A mean at or below the
+    window's is taken as it is: a fall in load is released as the window allows, never
+    sooner; a rise keeps what noise cannot explain, and the scale-up evidence sees it
+    whole.
+    """
+    recent = [rate for _, rate in capacity.tail(samples, now_s - look_back_s)]
+    if not recent:
+        return None
+    rate = fmean(recent)
+    spanning = [rate for _, rate in capacity.tail(samples, now_s - window_s)]
+    level = fmean(spanning)
+    if rate <= level or len(spanning) <= len(recent):
+        return rate
+    windows = len(spanning) / len(recent)
+    noise = pstdev(spanning) / math.sqrt(len(recent))
+    return max(level, rate - math.sqrt(2.0 * math.log(windows)) * noise)

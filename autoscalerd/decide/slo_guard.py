@@ -74,6 +74,10 @@ class GuardState:
     calibrating: Sums = field(default_factory=lambda: Sums((0.0, 0.0)))
     # The same over the fast window: a calibration both windows agree on is the one used.
     calibrating_fast: Sums = field(default_factory=lambda: Sums((0.0, 0.0)))
+    # The sum of each tick's bad count squared, over each window: how clumped the misses
+    # are (Kish's effective sample size, (Σ bad)² / Σ bad²).
+    clumped: Sums = field(default_factory=lambda: Sums((0.0,)))
+    clumped_fast: Sums = field(default_factory=lambda: Sums((0.0,)))
     # (time, replicas running) of the ticks over the fast window whose misses burnt the
     # budget (a bad share above ε): the counts shown to be too few.
     burnt: tuple[tuple[float, float], ...] = ()
@@ -194,6 +198,7 @@ def update(
     `running_replicas`, the count that served them (None: unknown)."""
     fast, slow = state.fast, state.slow
     calibrating, calibrating_fast = state.calibrating, state.calibrating_fast
+    clumped, clumped_fast = state.clumped, state.clumped_fast
     burnt = tuple(entry for entry in state.burnt if now_s - entry[0] <= fast_window_s)
     if counts is not None:
         total, bad = counts
@@ -205,6 +210,8 @@ def update(
             predicted = total * predicted_share
             calibrating = calibrating.add(now_s, slow_window_s, bad, predicted)
             calibrating_fast = calibrating_fast.add(now_s, fast_window_s, bad, predicted)
+            clumped = clumped.add(now_s, slow_window_s, bad * bad)
+            clumped_fast = clumped_fast.add(now_s, fast_window_s, bad * bad)
     slow_now = slow.decayed(now_s, slow_window_s)
     # A window with no request counted for its whole length burns nothing now (as a
     # sliding window's 0/0): the forgotten sums keep their ratio when nothing comes, and
@@ -216,8 +223,11 @@ def update(
     )
     burn_slow = _burn(slow_now, share) if _recent(slow, now_s, slow_window_s) else None
     raw = _agreed(
-        _ratio(calibrating.decayed(now_s, slow_window_s)),
-        _ratio(calibrating_fast.decayed(now_s, fast_window_s)),
+        _ratio(calibrating.decayed(now_s, slow_window_s), clumped.decayed(now_s, slow_window_s)),
+        _ratio(
+            calibrating_fast.decayed(now_s, fast_window_s),
+            clumped_fast.decayed(now_s, fast_window_s),
+        ),
     )
     calibration = min(CALIBRATION_MAX, max(CALIBRATION_MIN, raw))
     verdict = GuardVerdict(
@@ -234,16 +244,26 @@ def update(
             slow=slow,
             calibrating=calibrating,
             calibrating_fast=calibrating_fast,
+            clumped=clumped,
+            clumped_fast=clumped_fast,
             burnt=burnt,
         ),
         verdict,
     )
 
 
-def _ratio(window: tuple[float, ...]) -> float:
-    """Bad requests seen over bad requests predicted, with pseudo-events on both sides."""
+def _ratio(window: tuple[float, ...], squares: tuple[float, ...]) -> float:
+    """Bad requests seen over bad requests predicted, with pseudo-events on both sides.
+
+    Misses come in clumps (a burst makes a dozen late in a second), and a clump is one
+    piece of evidence, not a dozen: the pseudo-events are counted in the misses' mean
+    clump size, Σ bad² / Σ bad per tick (so the seen side weighs as its effective
+    sample size, (Σ bad)² / Σ bad², against them). Misses one at a time weigh as before.
+    """
     seen, predicted = window
-    return (seen + _PSEUDO_BAD) / (predicted + _PSEUDO_BAD)
+    clump = max(1.0, squares[0] / seen) if seen > 0 else 1.0
+    pseudo = _PSEUDO_BAD * clump
+    return (seen + pseudo) / (predicted + pseudo)
 
 
 def _agreed(slow: float, fast: float) -> float:
