@@ -450,8 +450,9 @@ def explain_text(
             ),
             (
                 "sustained",
-                f"{number(decision.get('replicas_sustained'))}  from the look-back rate "
-                f"({seconds(autoscaling.get('look_back_period_s'))})",
+                f"{number(decision.get('replicas_sustained'))}  from the scale-down rate "
+                f"(the {seconds(autoscaling.get('look_back_period_s'))} look-back mean, "
+                "less its noise)",
             ),
             (
                 "stabilized",
