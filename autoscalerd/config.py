@@ -142,7 +142,9 @@ class ForecastConfig(_Model):
     seasonal: Literal["add", "mul"] = "add"
     refit_interval_s: float = Field(3600.0, gt=0)
     history_seasons: int = Field(3, ge=2, le=100, description="seasons kept for the rolling refit")
-    z: float = Field(1.0, ge=0, description="upper bound = forecast + z·σ")
+    z: float = Field(
+        1.0, ge=0, description="upper bound = forecast + the recent errors' Φ(z) quantile"
+    )
 
 
 class SloConfig(_Model):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -120,9 +121,33 @@ def test_upper_bound_widens_with_z_and_horizon() -> None:
     assert near is not None and far is not None and wide is not None
     sigma_near = near.upper_per_s - near.point_per_s
     assert sigma_near > 0
-    assert wide.upper_per_s - wide.point_per_s == pytest.approx(3 * sigma_near)
+    # z = 1: the recent errors' own 84 % quantile; z = 3 is beyond what 32 errors resolve,
+    # so 3 RMS.
+    errors = sorted(state.errors)
+    position = 0.8413447460685429 * (len(errors) - 1)
+    low = math.floor(position)
+    quantile = errors[low] + (position - low) * (errors[low + 1] - errors[low])
+    assert sigma_near == pytest.approx(quantile)
+    rms = math.sqrt(sum(e * e for e in errors) / len(errors))
+    assert wide.upper_per_s - wide.point_per_s == pytest.approx(3 * rms)
     assert far.upper_per_s >= near.upper_per_s
     assert far.point_per_s >= near.point_per_s
+
+
+def test_upper_bound_reads_a_lull_between_crowds_as_a_lull() -> None:
+    # 32 one-step errors: 29 of ±0.5 requests/s, and three crowd onsets under-forecast by
+    # 50/s. The RMS, 15.3, would hold the lull at a crowd's third; the errors' own 84 %
+    # quantile is the 27th of 32 in order (position 0.841 · 31 = 26.08), 0.5.
+    errors = (0.5, -0.5) * 14 + (0.5, 50.0, 50.0, 50.0)
+    state = ForecasterState(bucket_start_s=0.0, ewma_rate_per_s=1.0, errors=errors)
+    lull = forecast(state, 0.0, 30.0, CFG)
+    assert lull is not None and lull.upper_per_s == pytest.approx(1.0 + 0.5)
+    # Errors of one normal scale read as before: alternating ±2 has quantile = RMS = 2.
+    tide = forecast(replace(state, errors=(2.0, -2.0) * 16), 0.0, 30.0, CFG)
+    assert tide is not None and tide.upper_per_s == pytest.approx(1.0 + 2.0)
+    # Fewer than 16 errors: z·RMS.
+    early = forecast(replace(state, errors=(0.0,) * 9 + (30.0,)), 0.0, 30.0, CFG)
+    assert early is not None and early.upper_per_s == pytest.approx(1.0 + 30.0 / math.sqrt(10))
 
 
 # ---------------------------------------------------------------- method fallbacks

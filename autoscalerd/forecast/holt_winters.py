@@ -26,6 +26,7 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,8 @@ FALLBACK_EWMA_ALPHA = 0.5
 # One-step errors kept for σ̂. The error scale moves with the daily tide, so the window is
 # short: 32 buckets (half an hour at 60 s buckets) still gives σ̂ within about ±13%.
 ERROR_WINDOW_BUCKETS = 32
+# Errors the upper bound's quantile needs before it replaces z·RMS (a quarter hour).
+_QUANTILE_MIN_ERRORS = 16
 # The last values of a fitted history, which install_fit finds again in the state's history
 # to learn how many buckets closed since the snapshot. Eight real-valued bucket rates do not
 # repeat by chance; only a constant stretch (an idle deployment) repeats, and there any
@@ -183,7 +186,7 @@ def forecast(
     # A state not observed for ages, or an absurd horizon: bound the work, not the caller.
     first_step = min(first_step, _MAX_FORECAST_STEPS)
     last_step = min(last_step, first_step + _MAX_FORECAST_STEPS)
-    sigma_1 = _rms(state.errors)
+    margin_1 = _upper_error(state.errors, cfg.z)
     point = upper = 0.0
     variance_ratio = 1.0  # σ̂_h² / σ̂_1²
     for step in range(1, last_step + 1):
@@ -193,7 +196,7 @@ def forecast(
             continue
         predicted = max(0.0, _predict(model, step))
         point = max(point, predicted)
-        upper = max(upper, predicted + cfg.z * sigma_1 * math.sqrt(variance_ratio))
+        upper = max(upper, predicted + margin_1 * math.sqrt(variance_ratio))
     return Forecast(point_per_s=point, upper_per_s=upper, method=model.method)
 
 
@@ -393,6 +396,31 @@ def _bounded_append(values: tuple[float, ...], value: float, limit: int) -> tupl
     if len(values) >= limit:
         return (*values[len(values) - limit + 1 :], value)
     return (*values, value)
+
+
+def _upper_error(errors: tuple[float, ...], z: float) -> float:
+    """The one-step error the upper bound allows for: the recent errors' own quantile at
+    Φ(z) (84 % at z = 1), which is z·σ̂ where they are normal; z·σ̂ (RMS) while fewer than
+    `_QUANTILE_MIN_ERRORS` are known or where Φ(z) is beyond what they resolve. Never
+    negative.
+
+    Errors are not normal where the traffic comes in crowds: a handful of onsets, each
+    under-forecast by the crowd's whole rate, make the RMS many times the error of the
+    other buckets, and z·RMS held the lulls between crowds at a crowd's rate. Their own
+    quantile keeps the bound where it is on a tide and lets a lull be a lull; the onsets
+    are the burst terms' and the scale-up evidence's.
+    """
+    share = NormalDist().cdf(z)
+    # Too few errors, or a quantile beyond what they resolve (above the second largest:
+    # z over 1.86 with 32): the normal one.
+    if len(errors) < _QUANTILE_MIN_ERRORS or share > 1.0 - 1.0 / len(errors):
+        return z * _rms(errors)
+    ordered = sorted(errors)
+    position = share * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    value = ordered[low] + (position - low) * (ordered[high] - ordered[low])
+    return max(0.0, value)
 
 
 def _rms(values: tuple[float, ...]) -> float:
