@@ -415,12 +415,7 @@ def _upper_error(errors: tuple[float, ...], z: float) -> float:
     # z over 1.86 with 32): the normal one.
     if len(errors) < _QUANTILE_MIN_ERRORS or share > 1.0 - 1.0 / len(errors):
         return z * _rms(errors)
-    ordered = sorted(errors)
-    position = share * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    value = ordered[low] + (position - low) * (ordered[high] - ordered[low])
-    return max(0.0, value)
+    return max(0.0, float(np.quantile(errors, share)))
 
 
 def _rms(values: tuple[float, ...]) -> float:
