@@ -277,6 +277,38 @@ def test_a_burning_budget_holds_scale_down_at_one_more_than_the_count_that_burnt
     assert decision.slo_floor_replicas == 2
 
 
+def test_a_breach_blocks_the_scale_down_of_its_own_tick_not_the_window_after_it() -> None:
+    """One tick's wait p99 over budget while the error budget is not burning: that tick
+    does not scale down, but it does not hold the next `downscale_delay_s` either (how
+    often such ticks come is what the burn rate measures)."""
+    cfg = make_cfg(slo={"ttft_s": 1.0, "queue_wait_s": 0.5})
+    bounds = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+    def tick(now_s: float, rate_per_s: float, late: float) -> Observation:
+        counts = (rate_per_s - late, 0.0, 0.0, late, 0.0, 0.0, 0.0)
+        obs = observe(now_s, rate_per_s, queue_wait_p99_s=3.0 if late else 0.05)
+        return replace(obs, queue_wait_histogram=Histogram(bounds, counts, now_s))
+
+    state = initial_state(cfg, 0.0, 1)
+    targets: dict[int, int] = {}
+    for now_s in range(1, 175):
+        rate_per_s = 80.0 if now_s <= 100 else 8.0
+        late = 1.0 if now_s in (150, 163) else 0.0  # one late request of eight
+        decision, state = decide(tick(now_s, rate_per_s, late), state, cfg, now_s)
+        targets[now_s] = decision.target_replicas
+        if now_s == 163:
+            assert Reason.SLO_BREACH in decision.reasons  # the hold says why
+        if now_s in (150, 163):
+            assert decision.slo_breached == ("queue_wait_p99_s",)
+            assert decision.burn_rate_fast is not None and decision.burn_rate_fast < 1
+    assert targets[100] == 10 and targets[161] == 10
+    # As without the breach at t=150: the window releases the fall from t=162 ...
+    assert targets[162] == 9
+    # ... except on the tick the wait is over budget, which holds what runs.
+    assert targets[163] == 9
+    assert targets[164] < 9 and targets[174] < targets[164]
+
+
 def test_slo_guard_ignores_ttft_that_is_prefill_time() -> None:
     """A 60,000-token prompt misses a 1 s TTFT on an idle cluster: no replica fixes that."""
     cfg = make_cfg(slo={"ttft_s": 1.0})

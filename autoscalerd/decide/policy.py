@@ -270,15 +270,17 @@ def decide(
     # A model that reality says is too optimistic by more than the calibration's bound is
     # not trusted to scale down.
     optimistic = verdict.mismatch and verdict.calibration >= slo_guard.CALIBRATION_MAX
-    # The lowest count the guard lets a scale-down reach: none while the wait is over
-    # budget now or the model is not trusted; while only the budget burns, one more than
-    # the most replicas that were running when it burnt (those were shown too few; more
-    # than that is still more than they were), or none where that count is unknown.
-    guard_floor: int | None = None
-    if breached or optimistic or (verdict.blocks_scale_down and verdict.burnt_replicas is None):
-        guard_floor = current
+    # The lowest count the guard lets a scale-down reach: none while the model is not
+    # trusted; while the budget burns, one more than the most replicas that were running
+    # when it burnt (those were shown too few; more than that is still more than they
+    # were), or none where that count is unknown. These hold over the scale-down window.
+    # A wait over budget now holds this tick only (none at all on it).
+    window_floor: int | None = None
+    if optimistic or (verdict.blocks_scale_down and verdict.burnt_replicas is None):
+        window_floor = current
     elif verdict.blocks_scale_down and verdict.burnt_replicas is not None:
-        guard_floor = min(current, capacity.ceil_replicas(verdict.burnt_replicas) + 1)
+        window_floor = min(current, capacity.ceil_replicas(verdict.burnt_replicas) + 1)
+    guard_floor = current if breached else window_floor
     # The guard's immediate rule, for what the model does not explain: the wait is over
     # its budget, the budget burns fast, and yet the model finds the current count enough.
     # Where the model already asks for more, the sizing is on its way and a step on top
@@ -290,8 +292,10 @@ def decide(
         landing = running is not None and running < current
         step_floor = current if landing else current + 1
         replicas_raw = max(replicas_raw if replicas_raw is not None else 0, step_floor)
-    if guard_floor is not None and replicas_sustained is not None:
-        replicas_sustained = max(replicas_sustained, guard_floor)
+    # A breach enters after the delays, not the window's evidence: whether such ticks
+    # come often enough to matter is what the burn rate measures.
+    if window_floor is not None and replicas_sustained is not None:
+        replicas_sustained = max(replicas_sustained, window_floor)
 
     base = Decision(
         deployment=obs.deployment,
