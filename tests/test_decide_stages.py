@@ -56,6 +56,17 @@ def test_prefill_queue_tail_is_pollaczek_khinchine_by_hand() -> None:
     assert sized.replicas == 2 and sized.binding == "prefill"
 
 
+def test_slot_time_at_load_solves_littles_law_for_the_batch() -> None:
+    # Prefill 0.1 s, 100 output tokens at 10 ms + 1 ms per extra request in the batch.
+    # At 1 request/s per replica, b = 1·T(b) with T(b) = 0.1 + 100·(0.01 + 0.001·(b − 1))
+    # gives b = 1/0.9 and T = 1/0.9 s (one fixed-point step from b = 1 would say 1.11 s
+    # at b = 1.1, not b = 1.111).
+    model = view(output_tokens_mean=100.0, tpot_slope_s=0.001)
+    assert sizing._slot_time_at_load_s(model, 2.0, 2) == pytest.approx(1.0 / 0.9, rel=1e-12)
+    # 20/s per replica asks for more than the 10 slots: a full batch, T = 0.1 + 100·0.019.
+    assert sizing._slot_time_at_load_s(model, 40.0, 2) == pytest.approx(2.0, rel=1e-12)
+
+
 def test_decode_bound_traffic_fills_every_slot_not_target_ongoing_requests() -> None:
     """Long outputs: 32 slots, each request holds one for 300 x 60 ms = 18 s. 10 req/s
     offer a = 180 slots; square-root staffing asks a + O(√a), about 7 replicas; Ray's rule

@@ -268,12 +268,24 @@ def _binding(model: ReplicaView, inputs: SizingInputs, replicas: int) -> str:
 
 def _slot_time_at_load_s(model: ReplicaView, arrival_rate_per_s: float, replicas: int) -> float:
     """How long a request holds a slot with the decode batch that this load gives each
-    replica (Little's law, b = λ·T/R, one fixed-point step from b = 1), not a full one."""
+    replica (Little's law, b = λ·T(b)/R, solved exactly), not a full one."""
     if model.prefill_s is None:
         return model.slot_time_s
-    at_one_s = model.slot_time_at_batch_s(1.0)
-    batch = min(float(model.slots), max(1.0, arrival_rate_per_s * at_one_s / replicas))
-    return model.slot_time_at_batch_s(batch)
+    return model.slot_time_at_batch_s(_batch_at_load(model, arrival_rate_per_s / replicas))
+
+
+def _batch_at_load(model: ReplicaView, per_replica_per_s: float) -> float:
+    """The decode batch b solving b = λ_r·T(b) with T(b) = prefill + output·(a + s·(b − 1)):
+    exactly, as tpot is linear in b (a full batch where the load asks for more than the
+    slots)."""
+    output = model.output_tokens_mean
+    below = 1.0 - per_replica_per_s * output * model.tpot_slope_s
+    if below <= 0:
+        return float(model.slots)
+    solved = per_replica_per_s * (
+        (model.prefill_s or 0.0) + output * (model.tpot_batch1_s - model.tpot_slope_s)
+    )
+    return min(float(model.slots), max(1.0, solved / below))
 
 
 def slot_time_under_load_s(
@@ -288,16 +300,7 @@ def slot_time_under_load_s(
     if queue is None or queue[0] >= 1.0:
         return None
     _, mg1_wait_s, occupied = queue
-    # The batch b solves b = λ·T(b)/R with T(b) = prefill + output·(a + s·(b − 1)): exactly,
-    # as tpot is linear in b (a full batch where the load asks for more than the slots).
-    per_replica = arrival_rate_per_s / count
-    prefill_s = model.prefill_s or 0.0
-    output = model.output_tokens_mean
-    below = 1.0 - per_replica * output * model.tpot_slope_s
-    batch = float(model.slots)
-    if below > 0:
-        solved = per_replica * (prefill_s + output * (model.tpot_batch1_s - model.tpot_slope_s))
-        batch = min(batch, max(1.0, solved / below))
+    batch = _batch_at_load(model, arrival_rate_per_s / count)
     return model.slot_time_at_batch_s(batch) + occupied * mg1_wait_s
 
 
