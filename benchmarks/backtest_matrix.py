@@ -32,6 +32,8 @@ from autoscalerd.sim.cluster import REPLICA_PRESETS
 from autoscalerd.sim.traces import EmpiricalTokens, LognormalTokens, TraceWindow, open_trace
 
 ROOT = Path(__file__).resolve().parents[1]
+# The replica presets the decisions were developed on; the others are held out.
+DEVELOPMENT_PRESETS = ("70b-4gpu", "8b-1gpu")
 PEERS = ["autoscalerd", "ray-serve", "hpa", "kpa"]
 # The WorldCup98 file's flash crowds: hours 343-348 (1998-05-18, 07:00-12:00).
 FLASH_START_S = 343 * 3600.0
@@ -121,7 +123,13 @@ def main() -> int:
     parser.add_argument("--config", type=Path, default=ROOT / "config" / "backtest.yaml")
     parser.add_argument("--week-duration", type=float, default=6 * 3600.0, metavar="S")
     parser.add_argument("--only", nargs="*", help="trace names to run")
-    parser.add_argument("--presets", nargs="*", default=sorted(REPLICA_PRESETS))
+    parser.add_argument(
+        "--presets",
+        nargs="*",
+        default=list(DEVELOPMENT_PRESETS),
+        choices=sorted(REPLICA_PRESETS),
+        help="replica presets (default: the two developed on; 32b-2gpu is held out)",
+    )
     parser.add_argument("--sensitivity", action="store_true")
     parser.add_argument(
         "--utilization",

@@ -144,6 +144,17 @@ REPLICA_PRESETS: dict[str, ReplicaModel] = {
         cold_start_s=30.0,
         gpus_per_replica=1,
     ),
+    # A 32B-class model on 2 GPUs with a slow start (weights pulled and loaded, graphs
+    # captured): held out of development, to check the decisions on a replica model
+    # they were not developed on.
+    "32b-2gpu": ReplicaModel(
+        max_ongoing_requests=48,
+        prefill_tokens_per_s=28_000.0,
+        tpot_batch1_s=0.018,
+        tpot_full_batch_s=0.040,
+        cold_start_s=180.0,
+        gpus_per_replica=2,
+    ),
 }
 
 _EMPTY, _STARTING, _READY, _DRAINING = -1, 0, 1, 2
