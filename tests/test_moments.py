@@ -39,6 +39,7 @@ def test_a_lone_bucket_is_log_uniform_and_overflow_sits_past_the_last_bound() ->
     # The first bucket, from 0, is uniform; the +Inf bucket is at 1.5x the last bound.
     assert second_moment(bounds, (3.0, 0.0, 0.0), (0.0,) * 3) == pytest.approx(100.0 / 3.0)
     assert second_moment(bounds, (0.0, 0.0, 2.0), (0.0,) * 3) == pytest.approx(150.0**2)
+    assert second_moment((), (5.0,), (0.0,)) is None  # only +Inf: no length known
 
 
 @pytest.mark.parametrize(("mean", "cv"), [(2048.0, 1.0), (300.0, 0.5), (12_000.0, 2.0)])

@@ -37,10 +37,10 @@ def second_moment(
     """E[x²] of the observations added between two cumulative-count snapshots (+Inf last)."""
     counts = [max(0.0, count_now - then[index]) for index, count_now in enumerate(now)]
     total = sum(counts)
-    if total <= 0:
-        return None
+    if total <= 0 or not bounds:
+        return None  # nothing observed, or only a +Inf bucket: no length known
     finite = min(len(bounds), len(counts))
-    edges = [min(0.0, bounds[0]) if bounds else 0.0, *bounds[:finite]]
+    edges = [min(0.0, bounds[0]), *bounds[:finite]]
     # Slopes are read between buckets of positive lengths only (log scale).
     positive = [edges[i] > 0 for i in range(finite)]
     density = [counts[i] / (edges[i + 1] - edges[i]) if positive[i] else 0.0 for i in range(finite)]
