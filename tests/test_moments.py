@@ -42,6 +42,12 @@ def test_a_lone_bucket_is_log_uniform_and_overflow_sits_past_the_last_bound() ->
     assert second_moment((), (5.0,), (0.0,)) is None  # only +Inf: no length known
 
 
+def test_bounds_near_the_float_limit_give_no_moment_and_no_error() -> None:
+    """Found by fuzzing Prometheus' API answers: `** 2` of 1.5e200 raised OverflowError."""
+    assert second_moment((1e200,), (0.0, 3.0), (0.0, 0.0)) is None
+    assert second_moment((1.0, 1e300), (0.0, 2.0, 0.0), (0.0,) * 3) is None
+
+
 @pytest.mark.parametrize(("mean", "cv"), [(2048.0, 1.0), (300.0, 0.5), (12_000.0, 2.0)])
 def test_lognormal_lengths_in_vllms_buckets_read_within_a_few_percent(
     mean: float, cv: float

@@ -49,14 +49,16 @@ def second_moment(
         if count <= 0:
             continue
         if index >= finite:
-            weighted += count * (1.5 * bounds[-1]) ** 2
+            overflow = 1.5 * bounds[-1]
+            weighted += count * overflow * overflow  # float products saturate at inf
             continue
         low, high = edges[index], edges[index + 1]
         if not positive[index]:
             weighted += count * (low * low + low * high + high * high) / 3.0  # uniform
             continue
         weighted += count * _bucket_moment(index, edges, density, finite)
-    return weighted / total
+    moment = weighted / total
+    return moment if math.isfinite(moment) else None  # beyond a float: unknown, not inf
 
 
 def _bucket_moment(index: int, edges: list[float], density: list[float], finite: int) -> float:
