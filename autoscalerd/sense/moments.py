@@ -54,7 +54,7 @@ def second_moment(
             continue
         low, high = edges[index], edges[index + 1]
         if not positive[index]:
-            weighted += count * (low * low + low * high + high * high) / 3.0  # uniform
+            weighted += count * _uniform_moment(low, high)
             continue
         weighted += count * _bucket_moment(index, edges, density, finite)
     moment = weighted / total
@@ -83,8 +83,13 @@ def _bucket_moment(index: int, edges: list[float], density: list[float], finite:
     except (ArithmeticError, ValueError):
         moment = math.nan
     if not math.isfinite(moment) or moment < 0:
-        return (low * low + low * high + high * high) / 3.0  # uniform
+        return _uniform_moment(low, high)
     return moment
+
+
+def _uniform_moment(low: float, high: float) -> float:
+    """E[x²] for x uniform on [low, high]."""
+    return (low * low + low * high + high * high) / 3.0
 
 
 def _power_integral(low: float, high: float, power: float) -> float:
