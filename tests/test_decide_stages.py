@@ -56,36 +56,6 @@ def test_prefill_queue_tail_is_pollaczek_khinchine_by_hand() -> None:
     assert sized.replicas == 2 and sized.binding == "prefill"
 
 
-def test_least_loaded_router_holds_requests_behind_a_long_prefill_for_the_decode_time() -> None:
-    # Prompts of 1,000-3,000 tokens at 1,000 tokens/s: S uniform in [1, 3] s, read at the
-    # bucket's midpoints 1.25, 1.75, 2.25, 2.75 s. Against a 0.5 s wait they run over by
-    # 0.75, 1.25, 1.75, 2.25 s. Requests decode 100 tokens at 10 ms: T_d = 1 s. The stuck
-    # replica draws requests only while its decodes finish: T_d·(1 − e^(−over/T_d)) of
-    # each overrun holds up arrivals, so the share is Σ(1 − e^(−o)) / Σ o.
-    model = view(
-        prompt_tokens_mean=2000.0, prompt_tokens_sq_mean=4.33e6, output_tokens_mean=100.0,
-        prompt_mix=((1000.0, 3000.0, 1.0),),
-    )  # fmt: skip
-    overruns = (0.75, 1.25, 1.75, 2.25)
-    expected = sum(-math.expm1(-o) for o in overruns) / sum(overruns)
-    share = sizing._captured_share(model, 0.5, 2, 1.0, 0.5)
-    assert share == pytest.approx(expected, rel=1e-12)
-    # One replica: every request goes behind it, whatever the router.
-    assert sizing._captured_share(model, 0.5, 1, 1.0, 0.5) == 1.0
-    # Longer decodes hide the queue longer: the share tends to 1 (random routing).
-    slow = dataclasses.replace(model, output_tokens_mean=10_000.0)
-    assert expected < sizing._captured_share(slow, 0.5, 2, 1.0, 0.5) <= 1.0
-    assert sizing._captured_share(slow, 0.5, 2, 1.0, 0.5) > 0.98
-    # No prompt outlasts the wait: nothing to cap.
-    assert sizing._captured_share(model, 0.5, 2, 1.0, 5.0) == 1.0
-    # It scales the prefill queue's term of the tail, and only that one.
-    inputs = sizing.SizingInputs(0.5, 1.0, 1.0, 0.5, 0.01)
-    capped, rho, _, _ = sizing.predicted_tail(model, inputs, 2)
-    uncapped, _, _, _ = sizing.predicted_tail(dataclasses.replace(model, prompt_mix=()), inputs, 2)
-    assert rho == pytest.approx(0.5)
-    assert capped < uncapped
-
-
 def test_slot_time_at_load_solves_littles_law_for_the_batch() -> None:
     # Prefill 0.1 s, 100 output tokens at 10 ms + 1 ms per extra request in the batch.
     # At 1 request/s per replica, b = 1·T(b) with T(b) = 0.1 + 100·(0.01 + 0.001·(b − 1))
