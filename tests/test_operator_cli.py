@@ -324,7 +324,17 @@ def test_the_commands_against_the_real_daemon(tmp_path: Path, cli_env: dict[str,
         explained = autoscalerd("explain", SERVICE_NAME, env=shell)
         assert explained.returncode == 0, explained.stderr
         assert "1. rates" in explained.stdout and "\nreasons\n  capacity" in explained.stdout
-        first = daemon.get(f"/v1/decisions?deployment={SERVICE_NAME}&limit=1000")[1]["decisions"][2]
+
+        def decisions() -> list[dict[str, Any]]:
+            listed: list[dict[str, Any]] = daemon.get(
+                f"/v1/decisions?deployment={SERVICE_NAME}&limit=1000"
+            )[1]["decisions"]
+            return listed
+
+        # The third decision, one at 5 that changed nothing: the commands above can all
+        # answer before the daemon's third tick.
+        daemon.wait_until(lambda: len(decisions()) >= 3, "three decisions")
+        first = decisions()[2]
         # Half a tick after it, as ISO-8601: the decision at or before.
         at = datetime.fromtimestamp(first["decided_at_s"] + 0.5, tz=timezone.utc).isoformat()
         past = autoscalerd("explain", SERVICE_NAME, "--at", at, "--json", env=shell)
