@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from autoscalerd.config import load_config
-from autoscalerd.decide import replica_model, sizing
+from autoscalerd.decide import replica_model, sizing, slo_guard
 from autoscalerd.decide.baselines.base import Bounds
 from autoscalerd.sim.backtest import (
     BacktestSettings,
@@ -41,7 +41,7 @@ from autoscalerd.sim.backtest import (
 from autoscalerd.sim.cluster import REPLICA_PRESETS
 from autoscalerd.sim.policies import AutoscalerdPolicy, StaticPolicy
 from autoscalerd.sim.reference import profile
-from autoscalerd.sim.traces import open_trace
+from autoscalerd.sim.traces import LognormalTokens, open_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 # (preset, requests/s, prompt mean tokens, prompt CV): prefill-bound loads at several
@@ -62,19 +62,14 @@ OUTPUT_CV = 2.0
 SHOWN_LATE = (0.0005, 0.5)
 
 
-def lognormal(rng: np.random.Generator, mean: float, cv: float, size: int) -> np.ndarray:
-    sigma = np.sqrt(np.log1p(cv * cv))
-    return rng.lognormal(np.log(mean) - sigma * sigma / 2, sigma, size)
-
-
 def write_trace(
     path: Path, rate_per_s: float, prompt_mean: float, cv: float, duration_s: float
 ) -> None:
     rng = np.random.default_rng(1)
     count = int(rng.poisson(rate_per_s * duration_s))
     times = np.sort(rng.uniform(0.0, duration_s, count))
-    prompts = np.maximum(1, lognormal(rng, prompt_mean, cv, count)).astype(int)
-    outputs = np.maximum(1, lognormal(rng, OUTPUT_MEAN_TOKENS, OUTPUT_CV, count)).astype(int)
+    tokens = LognormalTokens(prompt_mean, cv, OUTPUT_MEAN_TOKENS, OUTPUT_CV)
+    prompts, outputs = tokens.sample(rng, count)
     start = dt.datetime(2024, 1, 1)
     with path.open("w") as out:
         out.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
@@ -115,7 +110,8 @@ def run_case(
     )
     model = replica_model.restretched(model, state, cfg.replica_model, end_s)
     ttft_s = cfg.slo.ttft_s or settings.ttft_slo_s
-    budget_s = max(ttft_s - (model.prefill_s or 0.0), 0.5 * ttft_s)
+    budget_s = slo_guard.wait_budget_s(cfg.slo.queue_wait_s, ttft_s, model.prefill_s)
+    assert budget_s is not None  # a TTFT SLO is always given here
     inputs = sizing.SizingInputs(
         arrival_rate_per_s=rate_per_s,
         peak_to_mean=0.0,
