@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autoscalerd.config import DeploymentConfig, ReplicaModelConfig
-from autoscalerd.decide import burstiness, rates, replica_model, sizing, slo_guard
+from autoscalerd.decide import burstiness, prompt_budgets, rates, replica_model, sizing, slo_guard
 from autoscalerd.decide.forgetting import Sums
 from autoscalerd.decide.policy import decide, initial_state
 from autoscalerd.model import DeploymentState, Histogram, Observation, Reading
@@ -54,6 +54,36 @@ def test_prefill_queue_tail_is_pollaczek_khinchine_by_hand() -> None:
     strict = sizing.SizingInputs(5.0, 1.0, 1.0, 0.5, 0.01)
     sized = sizing.size(view(), strict, 10)
     assert sized.replicas == 2 and sized.binding == "prefill"
+
+
+def test_least_loaded_router_holds_requests_behind_a_long_prefill_for_the_decode_time() -> None:
+    # Prompts of 1,000-3,000 tokens at 1,000 tokens/s: S uniform in [1, 3] s, read at the
+    # bucket's midpoints 1.25, 1.75, 2.25, 2.75 s. Against a 0.5 s wait they run over by
+    # 0.75, 1.25, 1.75, 2.25 s. Requests decode 100 tokens at 10 ms: T_d = 1 s. The stuck
+    # replica draws requests only while its decodes finish: T_d·(1 − e^(−over/T_d)) of
+    # each overrun holds up arrivals, so the share is Σ(1 − e^(−o)) / Σ o.
+    model = view(
+        prompt_tokens_mean=2000.0, prompt_tokens_sq_mean=4.33e6, output_tokens_mean=100.0,
+        prompt_mix=((1000.0, 3000.0, 1.0),),
+    )  # fmt: skip
+    overruns = (0.75, 1.25, 1.75, 2.25)
+    expected = sum(-math.expm1(-o) for o in overruns) / sum(overruns)
+    share = sizing._captured_share(model, 0.5, 2, 1.0, 0.5)
+    assert share == pytest.approx(expected, rel=1e-12)
+    # One replica: every request goes behind it, whatever the router.
+    assert sizing._captured_share(model, 0.5, 1, 1.0, 0.5) == 1.0
+    # Longer decodes hide the queue longer: the share tends to 1 (random routing).
+    slow = dataclasses.replace(model, output_tokens_mean=10_000.0)
+    assert expected < sizing._captured_share(slow, 0.5, 2, 1.0, 0.5) <= 1.0
+    assert sizing._captured_share(slow, 0.5, 2, 1.0, 0.5) > 0.98
+    # No prompt outlasts the wait: nothing to cap.
+    assert sizing._captured_share(model, 0.5, 2, 1.0, 5.0) == 1.0
+    # It scales the prefill queue's term of the tail, and only that one.
+    inputs = sizing.SizingInputs(0.5, 1.0, 1.0, 0.5, 0.01)
+    capped, rho, _, _ = sizing.predicted_tail(model, inputs, 2)
+    uncapped, _, _, _ = sizing.predicted_tail(dataclasses.replace(model, prompt_mix=()), inputs, 2)
+    assert rho == pytest.approx(0.5)
+    assert capped < uncapped
 
 
 def test_slot_time_at_load_solves_littles_law_for_the_batch() -> None:
@@ -284,7 +314,13 @@ def test_calibration_ignores_overloads_where_the_model_predicts_no_tail() -> Non
         counts = slo_guard.waits_over_budget(waits_over(100.0 if tick <= 100 else 1.0), 0.5)
         predicted = 1.0 if tick <= 100 else 0.01
         state, verdict = slo_guard.update(state, counts, predicted, 0.01, 300.0, 3600.0, tick)
-    assert verdict.calibration == pytest.approx(1.0)
+    # Only the 200 right ticks calibrate: seen = predicted in both windows, so each ratio
+    # is 1 plus the one-sigma margin on what was seen, and the nearer 1 (the slow window,
+    # more evidence) is used; the overload's 10,000 misses would have made it 16.
+    seen, predicted = state.calibrating.decayed(300.0, 3600.0)
+    assert seen == pytest.approx(predicted)
+    slow = _ratio_of((seen, predicted), state.clumped.decayed(300.0, 3600.0))
+    assert verdict.calibration == pytest.approx(slow) and 1.0 < slow < 1.1
 
 
 def test_calibration_moves_on_what_both_windows_agree_on() -> None:
@@ -311,14 +347,17 @@ def test_calibration_moves_on_what_both_windows_agree_on() -> None:
 
 def _ratio_of(window: tuple[float, ...], squares: tuple[float, ...]) -> float:
     seen, predicted = window
-    pseudo = 3.0 * max(1.0, squares[0] / seen)  # 3 pseudo-events of the misses' clump size
-    return (seen + pseudo) / (predicted + pseudo)
+    clump = max(1.0, squares[0] / seen)
+    pseudo = 3.0 * clump  # 3 pseudo-events of the misses' clump size
+    # The misses seen at one standard deviation over their number.
+    return (seen + math.sqrt(clump * seen) + pseudo) / (predicted + pseudo)
 
 
 def test_one_clump_of_misses_weighs_as_one_piece_of_evidence() -> None:
     # The model predicts no misses; twelve are seen. One a tick for twelve ticks: twelve
-    # pieces of evidence, (12 + 3) / (0 + 3) = 5. All twelve in one tick (a burst): the
-    # clump size is 144 / 12 = 12, so the 3 pseudo-events weigh 36: (12 + 36) / 36.
+    # pieces of evidence, (12 + √12 + 3) / (0 + 3). All twelve in one tick (a burst): the
+    # clump size is 144 / 12 = 12, so the 3 pseudo-events weigh 36 and the one-sigma margin
+    # is √(12·12): (12 + 12 + 36) / 36.
     def calibration(bad_per_tick: list[float]) -> float:
         state = slo_guard.GuardState()
         for tick, bad in enumerate(bad_per_tick, start=1):
@@ -326,8 +365,8 @@ def test_one_clump_of_misses_weighs_as_one_piece_of_evidence() -> None:
             state, verdict = slo_guard.update(state, counts, 0.0, 0.01, 1e9, 1e9, float(tick))
         return verdict.calibration
 
-    assert calibration([1.0] * 12) == pytest.approx(15.0 / 3.0, rel=1e-6)
-    assert calibration([12.0] + [0.0] * 11) == pytest.approx(48.0 / 36.0, rel=1e-6)
+    assert calibration([1.0] * 12) == pytest.approx((15.0 + math.sqrt(12.0)) / 3.0, rel=1e-6)
+    assert calibration([12.0] + [0.0] * 11) == pytest.approx(60.0 / 36.0, rel=1e-6)
 
 
 def _bursts(clumped: bool) -> burstiness.BurstState:
@@ -419,17 +458,24 @@ def test_late_share_gives_each_prompt_its_own_wait_budget() -> None:
 
 def test_guard_calibrates_the_model_by_observed_over_predicted_bad_requests() -> None:
     # The model right: 1 % predicted, 1 % seen; the budget burns at exactly 1.
+    # The misses seen count at one sigma over their number: a window's ratio is
+    # (S + √S + 3) / (S + 3) with S = Σ e^(−k/window); both above 1, the nearer 1 (the
+    # slow window, more evidence) is used.
     right = run_guard(bad=1.0, predicted_share=0.01, ticks=1000)
-    assert right.calibration == pytest.approx(1.0)
+    slow_sum = sum(math.exp(-k / 3600.0) for k in range(1000))
+    assert right.calibration == pytest.approx(
+        (slow_sum + math.sqrt(slow_sum) + 3.0) / (slow_sum + 3.0), rel=1e-6
+    )
     assert right.burn_fast == pytest.approx(1.0) and not right.mismatch
 
     # The model pessimistic (4 % predicted, 0.5 % seen): both sums forget alike, so after
-    # 1000 ticks a window's ratio is (0.5·S + 3) / (4·S + 3) with S = Σ e^(−k/window).
+    # 1000 ticks a window's ratio is (0.5·S + √(0.5·S) + 3) / (4·S + 3) with
+    # S = Σ e^(−k/window).
     # Both windows below 1: the one nearer 1, the fast one (fewer events, the pseudo-events
     # weigh more).
     def ratio(window_s: float) -> float:
         decayed = sum(math.exp(-k / window_s) for k in range(1000))
-        return (0.5 * decayed + 3.0) / (4.0 * decayed + 3.0)
+        return (0.5 * decayed + math.sqrt(0.5 * decayed) + 3.0) / (4.0 * decayed + 3.0)
 
     pessimistic = run_guard(bad=0.5, predicted_share=0.04, ticks=1000)
     assert ratio(3600.0) < ratio(300.0) < 1.0
@@ -475,28 +521,31 @@ def test_tpot_prior_lends_its_shape_not_its_level() -> None:
 
 
 def test_late_waits_hold_each_wait_against_its_own_requests_budget() -> None:
-    # Waits: 50 under 0.1 s, 50 in 0.1-0.5 s. Prompts: 100 short ones (0-1,000 tokens,
-    # prefill 0-0.1 s at 10,000 tokens/s, budgets 0.9-1 s: no wait reaches them) and 100
+    # Waits: 50 under 0.1 s, 50 in 0.1-0.5 s. Prompts: half short ones (0-1,000 tokens,
+    # prefill 0-0.1 s at 10,000 tokens/s, budgets 0.9-1 s: no wait reaches them) and half
     # of 5,000-20,000 tokens. Of those, the 5,000-10,000 part (prefill 0.5-1 s, budgets
     # 0.5-0 s) is attainable and the rest is not. For a budget b in [0, 0.5], the share of
     # waits over b is 1 - 0.5·b/0.1 for b < 0.1, else 0.5·(0.5 - b)/0.4.
     waits = Histogram((0.1, 0.5), (50.0, 50.0, 0.0), 0.0)
-    prompts = Histogram((1000.0, 5000.0, 20_000.0), (100.0, 0.0, 100.0, 0.0), 0.0)
+    prompts = ((0.0, 1000.0, 0.5), (5000.0, 20_000.0, 0.5))  # the replica model's mix
     requests, late = slo_guard.late_waits(waits, prompts, 1.0, 10_000.0) or (0.0, 0.0)
-    # Attainable: 100 + 100·(10,000 - 5,000)/15,000 = 133.3 of 200 prompts, i.e. 2/3 of the
+    # Attainable: 1/2 + 1/2·(10,000 - 5,000)/15,000 = 2/3 of the prompts, i.e. 2/3 of the
     # 100 waits counted.
     assert requests == pytest.approx(100.0 * (100.0 + 100.0 / 3.0) / 200.0)
 
     def over(budget_s: float) -> float:
         return 1.0 - 5.0 * budget_s if budget_s < 0.1 else 0.5 * (0.5 - budget_s) / 0.4
 
-    points = [(k + 0.5) / 8 for k in range(8)]  # the midpoint rule late_waits uses
-    mean_over = sum(over(0.5 * (1.0 - x)) for x in points) / 8
+    # Uniform buckets (no touching neighbour) cut in 3 equal pieces of 3 midpoints each:
+    # 9 midpoints over the bucket.
+    points = [(k + 0.5) / 9 for k in range(9)]
+    mean_over = sum(over(0.5 * (1.0 - x)) for x in points) / 9
     expected = (100.0 / 3.0) * mean_over * 100.0 / 200.0
     assert late == pytest.approx(expected, rel=1e-9)
     # Prompts all beyond the SLO: nothing attainable, nothing late.
-    hopeless = Histogram((10_000.0, 50_000.0), (0.0, 10.0, 0.0), 0.0)
+    hopeless = ((10_000.0, 50_000.0, 1.0),)
     assert slo_guard.late_waits(waits, hopeless, 1.0, 10_000.0) == (0.0, 0.0)
+    assert slo_guard.late_waits(waits, (), 1.0, 10_000.0) is None
     assert slo_guard.late_waits(None, prompts, 1.0, 10_000.0) is None
     assert slo_guard.late_waits(waits, prompts, None, 10_000.0) is None
 
@@ -647,3 +696,26 @@ def test_scale_down_rate_trims_noise_from_the_look_back_mean_not_a_fall_or_a_ris
     spread = math.sqrt(sum(r * r for r in rise) / 300 - (sum(rise) / 300) ** 2)
     assert _down_rate(rise) == pytest.approx(30.0 - z * spread / math.sqrt(31))
     assert 26.0 < 30.0 - z * spread / math.sqrt(31) < 28.0
+
+
+def test_prompt_budgets_read_a_heavy_tail_inside_a_bucket_from_its_neighbours() -> None:
+    # Prompt lengths of density ∝ x^−2 over 1,000-10,000 tokens: a bucket [a, b] holds
+    # K·(1/a − 1/b), i.e. 5/9, 3/9 and 1/9 of the requests in 1-2k, 2-5k and 5-10k. Its mean
+    # density K/(ab) is the density at its geometric centre, so the neighbours' log-log
+    # slope is exactly −2. At 3,000 tokens/s and a 1 s SLO the limit is 3,000 tokens: the
+    # attainable share of 2-5k is (1/2000 − 1/3000)/(1/2000 − 1/5000) of it, 15/81, where
+    # a uniform reading says 1/9.
+    mix = ((1000.0, 2000.0, 5 / 9), (2000.0, 5000.0, 3 / 9), (5000.0, 10_000.0, 1 / 9))
+    budgets = prompt_budgets.attainable_budgets(mix, 1.0, 3000.0)
+    assert len(budgets) == 2 * prompt_budgets.PIECES  # 5-10k is past the limit
+    first, middle = budgets[: prompt_budgets.PIECES], budgets[prompt_budgets.PIECES :]
+    assert sum(part for part, _, _ in first) == pytest.approx(5 / 9)
+    assert sum(part for part, _, _ in middle) == pytest.approx(15 / 81)
+    # Equal-mass pieces: a third of 1-2k lies under 1,200 tokens (1/x from 1/1000 to
+    # 1/1000 − 1/6000), so its first piece's budgets are 1 − 1.2/3 to 1 − 1/3 s.
+    assert first[0] == pytest.approx((5 / 27, 0.6, 2 / 3))
+    # The last piece of the attainable part ends at the limit: a budget of 0.
+    assert middle[-1][1] == pytest.approx(0.0, abs=1e-12)
+    # A lone bucket has no neighbour to read a slope from: uniform.
+    alone = prompt_budgets.attainable_budgets(((2000.0, 5000.0, 1.0),), 1.0, 3000.0)
+    assert sum(part for part, _, _ in alone) == pytest.approx(1 / 3)

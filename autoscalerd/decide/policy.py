@@ -10,6 +10,7 @@ stages, each a module with one job, in the order of ARCHITECTURE.md §Decide v2:
     forecasting.py   Holt-Winters upper bound over the lead time
     sizing.py        the smallest count whose predicted wait tail meets the SLO
     slo_guard.py     error-budget burn rates on the controllable wait -> headroom
+                     (both hold waits against prompt_budgets.py's per-request budgets)
     stabilize.py     the knobs: smoothing, upscale/downscale delay windows, step limits
     bounds.py        min/max replicas, scale to zero and activation
     fail_static.py   stale data, warm-up, SLO burn and cooldown stop a change
@@ -142,11 +143,12 @@ def decide(
         return histogram if histogram is not None and histogram.age_s(now_s) <= max_age_s else None
 
     # The misses replicas could have avoided: the engine's queue waits, each against its
-    # request's own budget (TTFT less its prefill) with the prompt mix, else against the
-    # wait budget; where only TTFT is known, TTFT misses less the prompts too long for it.
+    # request's own budget (TTFT less its prefill) with the replica model's prompt mix
+    # (pooled: slo_guard.late_waits says why), else against the wait budget; where only
+    # TTFT is known, TTFT misses less the prompts too long for it.
     waits = fresh_histogram(obs.queue_wait_histogram)
     prompts = fresh_histogram(obs.prompt_tokens_histogram)
-    counts = slo_guard.late_waits(waits, prompts, slo.ttft_s, model.prefill_tokens_per_s)
+    counts = slo_guard.late_waits(waits, model.prompt_mix, slo.ttft_s, model.prefill_tokens_per_s)
     if counts is None:
         counts = slo_guard.waits_over_budget(waits, budget_s)
     if counts is None:

@@ -15,7 +15,11 @@ conditions, each from first principles, and the count is the smallest R meeting 
    only when no replica is empty: the tail is multiplied by P(N ≥ R), N ~ Poisson(λ·T)
    the requests in the system (M/G/∞, T the slot time at the batch this load gives).
    Sparse long-prompt traffic spread over many replicas queues far less than R
-   independent M/G/1 queues would say.
+   independent M/G/1 queues would say. The same router caps what a long prefill holds
+   up: the stuck replica draws new requests only as the ones it was decoding finish
+   (over their decode time T_d), so each prefill of S delays T_d·(1 − e^(−(S−t)/T_d))
+   worth of arrivals past t, not (S − t) (`_captured_share`; measured against the
+   simulator by benchmarks/model_vs_simulator.py).
 2. **Slots** (R·slots servers behind the router, each request holding one for its prefill,
    prefill wait and decode at full batch): square-root staffing in the Halfin-Whitt
    regime. With offered load a = λ·E[slot time] and β = (N − a)/√a, the probability of
@@ -51,9 +55,12 @@ import math
 from dataclasses import dataclass, replace
 from statistics import NormalDist
 
+from autoscalerd.decide import prompt_budgets
 from autoscalerd.decide.replica_model import ReplicaView
 
 _NORMAL = NormalDist()
+# Points per prompt bucket where the captured share averages over the mix (midpoint rule).
+_MIX_POINTS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +134,8 @@ def predicted_tail(
             return 1.0, rho, 1.0, False
         if rho > 0:
             prefill_wait_s = occupied * mg1_wait_s
-            terms.append((occupied * rho, rho / mg1_wait_s))
+            captured = _captured_share(model, lam, replicas, factor, budget_s)
+            terms.append((occupied * rho * captured, rho / mg1_wait_s))
     slot_s = (model.slot_time_s + prefill_wait_s) / factor
     servers = replicas * model.slots
     offered = lam * slot_s
@@ -149,6 +157,52 @@ def predicted_tail(
         for requests, span_s in spans
     )
     return late, rho, utilization, fits
+
+
+def _captured_share(
+    model: ReplicaView, arrival_rate_per_s: float, replicas: int, factor: float, wait_s: float
+) -> float:
+    """The share of the waits past `wait_s` behind a long prefill that the router still
+    sends there, with several replicas to choose from.
+
+    A request waits past t when it reaches a replica whose prefill engine has more than t
+    of work left: at light load λ_r·E[(S − t)+] of requests (the M/G/1 tail's origin).
+    With random routing, requests keep arriving behind a long prefill for all of it. Serve's
+    router sends each request to the replica with the fewest ongoing requests: the stuck
+    replica's count stays level with the others' only as its decoding requests finish and
+    are replaced, so it draws about the requests it was decoding, over their remaining
+    decode time T_d, and then no more. A prefill of length S then holds up requests for
+    T_d·(1 − exp(−(S − t)+ / T_d)) of its time, not (S − t)+. The share is the ratio of the
+    two expectations over the prompt mix; 1 with one replica (nowhere else to go), without
+    a prompt mix, or where no prompt outlasts t.
+    """
+    speed = model.prefill_tokens_per_s
+    if replicas < 2 or speed is None or not model.prompt_mix or model.prefill_s is None:
+        return 1.0
+    speed *= factor
+    decode_s = (
+        _slot_time_at_load_s(model, arrival_rate_per_s, replicas) - model.prefill_s
+    ) / factor
+    if decode_s <= 0:
+        return 1.0
+    excess = 0.0
+    held = 0.0
+    for low, high, share in model.prompt_mix:
+        points = (
+            (low,)
+            if math.isinf(high)
+            else tuple(low + (high - low) * (k + 0.5) / _MIX_POINTS for k in range(_MIX_POINTS))
+        )
+        for tokens in points:
+            over_s = tokens / speed - wait_s
+            if over_s <= 0:
+                continue
+            weight = share / len(points)
+            excess += weight * over_s
+            held += weight * decode_s * -math.expm1(-over_s / decode_s)
+    if excess <= 0:
+        return 1.0
+    return min(1.0, held / excess)
 
 
 def _fits(
@@ -187,20 +241,12 @@ def _late_share(tail: WaitTail, model: ReplicaView, inputs: SizingInputs, factor
     speed = model.prefill_tokens_per_s
     if ttft_s is None or speed is None or not model.prompt_mix:
         return tail.above(inputs.wait_budget_s)
-    speed *= factor
-    limit_tokens = ttft_s * speed
     late = 0.0
     attainable = 0.0
-    for low, high, share in model.prompt_mix:
-        if low >= limit_tokens:
-            continue
-        top = min(high, limit_tokens)
-        if math.isinf(high):
-            top = low  # unbounded bucket: its lower edge
-        part = share if math.isinf(high) else share * (top - low) / (high - low)
-        # Budgets from ttft − top/speed to ttft − low/speed.
+    budgets = prompt_budgets.attainable_budgets(model.prompt_mix, ttft_s, speed * factor)
+    for part, low_s, high_s in budgets:
         attainable += part
-        late += part * tail.above_uniform(ttft_s - top / speed, ttft_s - low / speed)
+        late += part * tail.above_uniform(low_s, high_s)
     if attainable <= 0.0:
         return 0.0  # every prompt takes longer than the SLO to prefill: no count helps
     return min(1.0, late / attainable)

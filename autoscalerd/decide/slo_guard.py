@@ -45,6 +45,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from autoscalerd.decide import prompt_budgets
 from autoscalerd.decide.forgetting import Sums
 
 if TYPE_CHECKING:
@@ -55,13 +56,17 @@ CALIBRATION_MAX = 16.0
 # Pseudo-events on both sides of the calibration: it moves once a few bad requests were
 # predicted or seen, not on the first one.
 _PSEUDO_BAD = 3.0
+# Standard deviations of the misses seen added to them in the calibration: the sizing aims
+# at what the evidence allows at one sigma, not at its point estimate, so a model right on
+# average does not land half its hours over the budget.
+_SIGMAS_SEEN = 1.0
 # Requests a window must hold before its burn rate counts: below, one bad request in a
 # quiet hour would read as a fire.
 _MIN_REQUESTS = 20.0
 # A predicted share over the budget above this is an overload: not evidence for the tail.
 _SATURATED = 0.5
 # Budgets a prompt bucket's mean share of late waits is taken over (midpoint rule).
-_BUDGET_POINTS = 8
+_BUDGET_POINTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,43 +132,40 @@ def controllable_misses(
 
 def late_waits(
     waits: Histogram | None,
-    prompts: Histogram | None,
+    prompt_mix: tuple[tuple[float, float, float], ...],
     ttft_s: float | None,
     prefill_tokens_per_s: float | None,
 ) -> tuple[float, float] | None:
     """(attainable requests, requests whose wait made them miss the TTFT SLO) this tick,
-    from the queue-wait histogram and the prompt-length histogram: a request of prefill s
-    misses when its wait exceeds ttft − s. The two histograms are not joint, so the wait
-    is taken as independent of the request's own prompt (a FIFO queue's is), and each
-    prompt bucket's budgets are averaged over the bucket (lengths uniform inside it, as
-    the histogram's own interpolation has them): the same quantity the sizing predicts.
-    Prompts whose prefill alone exceeds the SLO are in neither count. None without the
-    inputs."""
-    if waits is None or prompts is None or ttft_s is None or not prefill_tokens_per_s:
+    from the queue-wait histogram and the prompt mix (lower, upper tokens, share): a
+    request of prefill s misses when its wait exceeds ttft − s.
+
+    The two are not joint, so a request's wait is taken as independent of its own prompt
+    (a FIFO queue's is). The mix is the replica model's, pooled over minutes, not this
+    tick's prompt histogram: both histograms are filled when a request's prefill ends, so
+    a long prompt lands a prefill after the congestion it waited in, among the tick's
+    other requests, and a tick's join pairs long waits with short prompts. On a
+    long-prompt conversation trace the tick's join counted three quarters of the misses
+    the clients saw; the pooled mix counts them (README, "The guard's miss count").
+    Each bucket's budgets are averaged over the bucket: the same quantity the sizing
+    predicts. Prompts whose prefill alone exceeds the SLO are in neither count. None
+    without the inputs."""
+    if waits is None or not prompt_mix or ttft_s is None or not prefill_tokens_per_s:
         return None
-    if not (waits.sane and prompts.sane) or waits.total <= 0 or prompts.total <= 0:
+    if not waits.sane or waits.total <= 0:
         return None
-    limit_tokens = ttft_s * prefill_tokens_per_s
     attainable = late = 0.0
-    low = 0.0
-    for index, count in enumerate(prompts.counts):
-        high = prompts.bounds_s[index] if index < len(prompts.bounds_s) else math.inf
-        if count > 0 and low < limit_tokens:
-            top = limit_tokens if math.isinf(high) else min(high, limit_tokens)
-            part = count * (top - low) / (high - low) if not math.isinf(high) else count
-            attainable += part
-            if math.isinf(high):
-                top = low  # the unbounded bucket: its lower edge
-            # The mean share of waits over budgets from ttft − top/speed to ttft − low/speed.
-            shares = [
-                waits.count_above(ttft_s - (low + (top - low) * (k + 0.5) / _BUDGET_POINTS)
-                                  / prefill_tokens_per_s)
-                for k in range(_BUDGET_POINTS)
-            ]  # fmt: skip
-            late += part * sum(shares) / (_BUDGET_POINTS * waits.total)
-        low = high
-    scale = waits.total / prompts.total
-    return attainable * scale, min(attainable, late) * scale
+    for part, low_s, high_s in prompt_budgets.attainable_budgets(
+        prompt_mix, ttft_s, prefill_tokens_per_s
+    ):
+        attainable += part
+        # The mean share of waits over budgets from low_s to high_s (midpoint rule).
+        shares = [
+            waits.count_above(low_s + (high_s - low_s) * (k + 0.5) / _BUDGET_POINTS)
+            for k in range(_BUDGET_POINTS)
+        ]
+        late += part * sum(shares) / _BUDGET_POINTS
+    return attainable * waits.total, min(attainable * waits.total, late)
 
 
 def waits_over_budget(
@@ -259,11 +261,14 @@ def _ratio(window: tuple[float, ...], squares: tuple[float, ...]) -> float:
     piece of evidence, not a dozen: the pseudo-events are counted in the misses' mean
     clump size, Σ bad² / Σ bad per tick (so the seen side weighs as its effective
     sample size, (Σ bad)² / Σ bad², against them). Misses one at a time weigh as before.
+    The misses seen count at one standard deviation over their number (√(clump · seen),
+    their clumps Poisson): an upper bound of what the evidence says, so a calibration of a
+    few dozen misses leans to more replicas by what it does not know.
     """
     seen, predicted = window
     clump = max(1.0, squares[0] / seen) if seen > 0 else 1.0
     pseudo = _PSEUDO_BAD * clump
-    return (seen + pseudo) / (predicted + pseudo)
+    return (seen + _SIGMAS_SEEN * math.sqrt(clump * seen) + pseudo) / (predicted + pseudo)
 
 
 def _agreed(slow: float, fast: float) -> float:

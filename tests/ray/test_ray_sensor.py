@@ -191,9 +191,8 @@ async def test_learns_the_emulated_replica_from_its_vllm_series(llm_at_one: Loca
                 )
                 if counts is not None:
                     counted += counts[0]
-                waits = slo_guard.late_waits(
-                    obs.queue_wait_histogram, obs.prompt_tokens_histogram, 1.0, 2000.0
-                )
+                mix = replica_model.view(state, priors, now_s, 1.0).prompt_mix
+                waits = slo_guard.late_waits(obs.queue_wait_histogram, mix, 1.0, 2000.0)
                 if waits is not None:
                     waits_counted += waits[0]
             last_s = now_s
