@@ -65,7 +65,8 @@ _SIGMAS_SEEN = 1.0
 _MIN_REQUESTS = 20.0
 # A predicted share over the budget above this is an overload: not evidence for the tail.
 _SATURATED = 0.5
-# Budgets a prompt bucket's mean share of late waits is taken over (midpoint rule).
+# Budgets each piece of a prompt bucket (prompt_budgets.PIECES to a bucket) has its mean
+# share of late waits taken over (midpoint rule).
 _BUDGET_POINTS = 3
 
 
