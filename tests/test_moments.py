@@ -31,11 +31,11 @@ def test_each_bucket_is_a_power_law_with_its_neighbours_slope() -> None:
     assert second_moment(bounds, counts, counts) is None
 
 
-def test_a_lone_bucket_is_log_uniform_and_overflow_sits_past_the_last_bound() -> None:
+def test_a_lone_bucket_is_uniform_and_overflow_sits_past_the_last_bound() -> None:
     bounds = (10.0, 100.0)
-    # Equal mass per log-length on [10, 100]: E[x²] = (100² − 10²) / (2 ln 10).
+    # No neighbour to read a slope from: uniform on [10, 100], E[x²] = (10² + 10·100 + 100²)/3.
     alone = second_moment(bounds, (0.0, 4.0, 0.0), (0.0, 0.0, 0.0))
-    assert alone == pytest.approx((100.0**2 - 10.0**2) / (2.0 * math.log(10.0)), rel=1e-12)
+    assert alone == pytest.approx((100.0 + 1000.0 + 10_000.0) / 3.0, rel=1e-12)
     # The first bucket, from 0, is uniform; the +Inf bucket is at 1.5x the last bound.
     assert second_moment(bounds, (3.0, 0.0, 0.0), (0.0,) * 3) == pytest.approx(100.0 / 3.0)
     assert second_moment(bounds, (0.0, 0.0, 2.0), (0.0,) * 3) == pytest.approx(150.0**2)
