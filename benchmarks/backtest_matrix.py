@@ -128,7 +128,7 @@ def main() -> int:
         nargs="*",
         default=list(DEVELOPMENT_PRESETS),
         choices=sorted(REPLICA_PRESETS),
-        help="replica presets (default: the two developed on; 32b-2gpu is held out)",
+        help="replica presets (default: the two developed on; 32b-2gpu and 405b-8gpu are held out)",
     )
     parser.add_argument("--sensitivity", action="store_true")
     parser.add_argument(

@@ -155,6 +155,17 @@ REPLICA_PRESETS: dict[str, ReplicaModel] = {
         cold_start_s=180.0,
         gpus_per_replica=2,
     ),
+    # A 405B-class model on 8 GPUs: prefill slow against a 1 s SLO (a 6,000-token prompt
+    # takes all of it), few slots, a 4-minute start. Held out too: it puts the sizing
+    # where a prompt's own prefill leaves most of the budget spent.
+    "405b-8gpu": ReplicaModel(
+        max_ongoing_requests=16,
+        prefill_tokens_per_s=6_000.0,
+        tpot_batch1_s=0.040,
+        tpot_full_batch_s=0.100,
+        cold_start_s=240.0,
+        gpus_per_replica=8,
+    ),
 }
 
 _EMPTY, _STARTING, _READY, _DRAINING = -1, 0, 1, 2
