@@ -159,6 +159,53 @@ def test_clumps_are_counted_per_window_and_outlast_a_lull() -> None:
     assert sizing.size(view(), inputs, 64).replicas >= math.ceil(400 * 0.1 / 4.5)
 
 
+def test_the_rate_mix_reads_each_requests_local_rate_over_eight_seconds() -> None:
+    """Steady 2 requests a tick, with 40 more in one tick every 100 s. An 8 s window that
+    holds that tick holds 42 + 7·2 = 56 requests (7/s): the tick's 42 arrive as one ends,
+    and so do the 7·2 of the seven ticks after it; the other 92·2 of each 240 arrive as a
+    window of 16 (2/s) ends."""
+    state = burstiness.BurstState()
+    now = 0.0
+    for tick in range(1, 1001):
+        now = float(tick)
+        arrivals = 42.0 if tick % 100 == 50 else 2.0
+        state = burstiness.observe(state, arrivals, 1.0, now, 300.0)
+    mix = burstiness.rate_mix(state, 1.0, now)
+    assert [rate for rate, _ in mix] == sorted((rate for rate, _ in mix), reverse=True)
+    assert sum(share for _, share in mix) == pytest.approx(1.0)
+    # (The forgetting weighs recent ticks a little more; count bins are 1.1x wide.)
+    high = sum(share for rate, share in mix if rate > 4.0)
+    assert high == pytest.approx((42 + 7 * 2) / (42 + 99 * 2), rel=0.05)
+    assert max(rate for rate, _ in mix) == pytest.approx(56 / 8, rel=0.1)
+    low = [rate for rate, share in mix if rate < 4.0 and share > 0.5]
+    assert len(low) == 1 and low[0] == pytest.approx(2.0, rel=0.1)
+    assert burstiness.rate_mix(burstiness.BurstState(), 1.0, now) == ()
+
+
+def test_the_late_share_is_averaged_over_the_local_rate() -> None:
+    # A quarter of the requests arrive at 20/s, the rest at 4/s (8/s on average): the
+    # mixture is 0.25·late(20) + 0.75·late(4) with the steady formulas at each rate, and
+    # the prediction is the larger of it and the formulas at the mean rate.
+    inputs = sizing.SizingInputs(8.0, 0.0, 1.0, 0.5, 0.01)
+    mixed = dataclasses.replace(inputs, rate_mix=((20.0, 0.25), (4.0, 0.75)))
+
+    def steady(rate_per_s: float, replicas: int) -> float:
+        return sizing.predicted_tail(
+            view(), dataclasses.replace(inputs, arrival_rate_per_s=rate_per_s), replicas
+        )[0]
+
+    for replicas in (3, 4, 6):
+        expected = 0.25 * steady(20.0, replicas) + 0.75 * steady(4.0, replicas)
+        assert expected > steady(8.0, replicas)  # the waits are convex in the rate
+        assert sizing.predicted_tail(view(), mixed, replicas)[0] == pytest.approx(expected)
+    # The count is the smallest meeting the target with the mixture: more than at the mean.
+    count = sizing.size(view(), mixed, 64).replicas
+    assert count > sizing.size(view(), inputs, 64).replicas
+    assert 0.25 * steady(20.0, count) + 0.75 * steady(4.0, count) <= 0.01
+    assert 0.25 * steady(20.0, count - 1) + 0.75 * steady(4.0, count - 1) > 0.01
+    assert sizing.size(view(), mixed, 64).binding == "burst"
+
+
 def test_clump_quantile_interpolates_within_its_bin() -> None:
     # All weight in one bin (b^10 to b^11], b = 1.1: the quantile with 1 % allowed above
     # sits 1 % of the way down from the top edge, in log terms.

@@ -32,8 +32,16 @@ The sizing asks that a clump's prefill fit in its window plus the wait budget (a
 bound: the last request of a window waits for the work that arrived in it), so it
 catches clumps longer than one tick too.
 
+The same per-window histograms, divided by their windows, give the local arrival rate as
+each request arrived (`rate_mix`): the distribution the sizing averages its queueing
+formulas over. Its window is about the prefill queue's memory at the loads where requests
+start to miss, E[S](1 + C²)/(2(1 − ρ)²) for ρ 0.6-0.8: a few seconds for sub-second
+prefills (8 s: each second's clump read as a steady rate overstates the waits, a minute
+averages the clumps away; benchmarks/rate_mixture.py measures 2, 8 and 32 s).
+
 Pure: `observe(state, ...) -> state`, `peak_to_mean(state, ...) -> float`,
-`clumps(state, ...) -> ((window_s, requests), ...)`.
+`clumps(state, ...) -> ((window_s, requests), ...)`, `rate_mix(state, ...) ->
+((rate_per_s, share), ...)`.
 """
 
 from __future__ import annotations
@@ -59,6 +67,11 @@ CLUMP_TICKS = (1, 2, 4, 8, 16, 32, 64)
 RATIO_WINDOW_TICKS = CLUMP_TICKS[-1]
 COUNT_BINS = 150
 _COUNT_BASE = 1.1
+# The window the sizing reads the local arrival rate over (its rate mixture): about the
+# memory of a prefill queue at the loads where requests start to miss.
+MIXTURE_WINDOW_S = 8.0
+# Count bins are merged into groups this factor wide for the mixture (fewer evaluations).
+_MIXTURE_GROUP = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +161,45 @@ def clumps(
             continue
         found.append((ticks * tick_s, _clump_quantile(weights, share)))
     return tuple(found)
+
+
+def rate_mix(state: BurstState, tick_s: float, now_s: float) -> tuple[tuple[float, float], ...]:
+    """((rate per s, share of requests), ...), highest rate first: the arrival rate over
+    the clump window nearest MIXTURE_WINDOW_S as each request arrived, over the last hour;
+    () until that window has seen MIN_REQUESTS."""
+    if tick_s <= 0 or not state.clump_weights:
+        return ()
+    index = min(
+        range(len(CLUMP_TICKS)),
+        key=lambda i: abs(math.log(CLUMP_TICKS[i] * tick_s / MIXTURE_WINDOW_S)),
+    )
+    sums = state.clump_weights[index] if index < len(state.clump_weights) else None
+    if sums is None:
+        return ()
+    weights = sums.decayed(now_s, MEMORY_S)
+    total = sum(weights)
+    if total < MIN_REQUESTS:
+        return ()
+    window_s = CLUMP_TICKS[index] * tick_s
+    groups: dict[int, list[float]] = {}
+    for bin_index, weight in enumerate(weights):
+        if weight <= 0:
+            continue
+        requests = _count_middle(bin_index)
+        group = groups.setdefault(int(math.log(requests) / math.log(_MIXTURE_GROUP)), [0.0, 0.0])
+        group[0] += weight
+        group[1] += weight * requests
+    return tuple(
+        (requests / weight / window_s, weight / total)
+        for weight, requests in (groups[key] for key in sorted(groups, reverse=True))
+    )
+
+
+def _count_middle(index: int) -> float:
+    """The geometric middle of count bin `index` (bin 0 holds counts up to 1)."""
+    if index == 0:
+        return 1.0
+    return math.sqrt(_count_upper(index - 1) * _count_upper(index))
 
 
 def _count_quantile(weights: tuple[float, ...], allowed: float) -> float:

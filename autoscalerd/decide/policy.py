@@ -168,6 +168,12 @@ def decide(
     predicted_share: float | None = None
     starting = obs.fresh("starting_replicas", now_s, max_age_s)
     settled = starting is not None and starting == 0
+    # The local arrival rate as requests arrived, over the last hour: the sizing averages
+    # its late share over it (sizing._mixture_late). Not carried to the forecast's level:
+    # the clumps of on-off traffic do not shrink in a lull, and a rising tide is the
+    # steady formulas' at the forecast's rate.
+    rate_mix = burstiness.rate_mix(burst_state, tick_s, now_s)
+
     if settled and running and r.rate_obs_per_s is not None and cfg.capacity.sizing == "model":
         now_inputs = sizing.SizingInputs(
             r.rate_obs_per_s,
@@ -179,6 +185,7 @@ def decide(
             level_per_s=burst_state.level_per_s,
             ttft_s=slo.ttft_s,
             clumps=burstiness.clumps(burst_state, share, tick_s, now_s),
+            rate_mix=rate_mix,
         )
         late, _, _, burst_fits = sizing.predicted_tail(model, now_inputs, int(running))
         # Where the bursts measured do not fit the count running, the misses are the
@@ -240,6 +247,7 @@ def decide(
             level_per_s=burst_level_per_s,
             ttft_s=slo.ttft_s,
             clumps=clumps,
+            rate_mix=rate_mix,
         )
         return sizing.size(model, inputs, a.max_replicas)
 

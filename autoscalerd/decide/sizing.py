@@ -2,7 +2,7 @@
 
 A request meets its TTFT SLO when its wait (router queue, then the replica's prefill
 queue) stays within the wait budget; the sizing asks that the share of requests waiting
-longer stay below ε = 1 − attainment target (times the guard's headroom). Three
+longer stay below ε = 1 − attainment target (times the guard's headroom). Four
 conditions, each from first principles, and the count is the smallest R meeting all:
 
 1. **Prefill queue** (per replica, λ/R requests/s, one prefill at a time): an M/G/1
@@ -38,6 +38,16 @@ conditions, each from first principles, and the count is the smallest R meeting 
    (the last of them waits for the work that arrived before it in the window), and find
    slots within that time. This holds the capacity that on-off traffic's clumps need
    through the lulls between them.
+
+4. **The local rate** (`rate_mix`): conditions 1 and 2 take Poisson arrivals at one
+   rate. Traffic that clumps at the scale of seconds sends a replica a few requests at
+   once, one of them a long prompt, and the waits behind it are in neither a queue at
+   the mean rate nor a fluid bound on the clump. So the late share is also averaged over
+   the rate each request arrived at, read over a window about as long as the prefill
+   queue's memory (burstiness.rate_mix, 8 s), with the steady formulas at each rate; the
+   larger of the two is the prediction. On the Azure 2023 code trace this lands within
+   about 1.6x of the simulator at every count where more than 0.5 % are late, on three
+   replica presets, where the mean rate reads none late (benchmarks/rate_mixture.py).
 
 The wait tail is Σ weight·exp(−rate·t) (conditions 1 and 2). With the prompt mix and the
 TTFT SLO, each request has its own budget: a prompt of prefill s misses when its wait
@@ -79,6 +89,9 @@ class SizingInputs:
     ttft_s: float | None = None
     # Clumps of several ticks, (window_s, requests at the quantile), from burstiness.
     clumps: tuple[tuple[float, float], ...] = ()
+    # The local arrival rate as requests arrived, ((rate per s, share), ...) highest
+    # first, from burstiness.rate_mix: the late share is also averaged over it.
+    rate_mix: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +169,30 @@ def predicted_tail(
         _fits(requests, span_s, replicas, model, factor, servers, offered, slot_s)
         for requests, span_s in spans
     )
+    if inputs.rate_mix:
+        late = max(late, _mixture_late(model, inputs, replicas))
     return late, rho, utilization, fits
+
+
+# Where the mixture stops: the groups left could add at most this share of the target.
+_MIXTURE_NEGLIGIBLE = 0.01
+
+
+def _mixture_late(model: ReplicaView, inputs: SizingInputs, replicas: int) -> float:
+    """The late share averaged over the local arrival rate: the steady formulas at each
+    rate of `inputs.rate_mix`, weighted by the share of requests that arrived at it (a
+    locally stationary queue), highest rate first, until the groups left could not add
+    `_MIXTURE_NEGLIGIBLE` of the target (the late share falls with the rate)."""
+    steady = replace(inputs, peak_to_mean=0.0, clumps=(), rate_mix=())
+    late = 0.0
+    left = 1.0
+    for rate_per_s, share in inputs.rate_mix:
+        here = predicted_tail(model, replace(steady, arrival_rate_per_s=rate_per_s), replicas)[0]
+        late += share * here
+        left -= share
+        if here * left < _MIXTURE_NEGLIGIBLE * inputs.tail_share:
+            break
+    return min(1.0, late)
 
 
 def _captured_share(
@@ -257,8 +293,15 @@ def size(model: ReplicaView, inputs: SizingInputs, max_replicas: int) -> Sizing:
     if inputs.arrival_rate_per_s <= 0:
         return Sizing(0, "idle", 0.0, 0.0 if model.prefill_s is not None else None, 0.0)
 
+    steady = replace(inputs, rate_mix=())
+
     def ok(replicas: int) -> bool:
-        tail, _, _, fits = predicted_tail(model, inputs, replicas)
+        # The mixture only adds to the late share: a count the rest rules out is out.
+        tail, _, _, fits = predicted_tail(model, steady, replicas)
+        if not (fits and tail <= inputs.tail_share):
+            return False
+        if inputs.rate_mix:
+            tail, _, _, fits = predicted_tail(model, inputs, replicas)
         return fits and tail <= inputs.tail_share
 
     high = max(1, max_replicas)
@@ -303,7 +346,7 @@ def _binding(model: ReplicaView, inputs: SizingInputs, replicas: int) -> str:
     if replicas <= 1:
         return "minimum"
     below = replicas - 1
-    no_burst = replace(inputs, peak_to_mean=0.0, clumps=())
+    no_burst = replace(inputs, peak_to_mean=0.0, clumps=(), rate_mix=())
     tail, rho, utilization, fits = predicted_tail(model, no_burst, below)
     if fits and tail <= inputs.tail_share:
         return "burst"
