@@ -29,19 +29,20 @@ from pathlib import Path
 
 import numpy as np
 
-from autoscalerd.config import load_config
+from autoscalerd.config import DeploymentConfig, load_config
 from autoscalerd.decide import replica_model, sizing, slo_guard
 from autoscalerd.decide.baselines.base import Bounds
 from autoscalerd.sim.backtest import (
     BacktestSettings,
+    PolicyResult,
     attainable_share,
     opening_replicas,
     simulate_policy,
 )
 from autoscalerd.sim.cluster import REPLICA_PRESETS
 from autoscalerd.sim.policies import AutoscalerdPolicy, StaticPolicy
-from autoscalerd.sim.reference import profile
-from autoscalerd.sim.traces import LognormalTokens, open_trace
+from autoscalerd.sim.reference import DemandProfile, profile
+from autoscalerd.sim.traces import LognormalTokens, Trace, open_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 # (preset, requests/s, prompt mean tokens, prompt CV): prefill-bound loads at several
@@ -78,6 +79,25 @@ def write_trace(
             out.write(f"{stamp},{prompt},{output}\n")
 
 
+def learn(
+    trace: Trace,
+    demand: DemandProfile,
+    settings: BacktestSettings,
+    cfg: DeploymentConfig,
+    duration_s: float,
+) -> tuple[PolicyResult, AutoscalerdPolicy, float]:
+    """autoscalerd over the trace, so that its replica model is learned from the simulated
+    sensor as the daemon would learn it, starting warm as the backtest starts every
+    adaptive policy (the count the opening window needs): (its row, the policy, the time
+    of its last decision)."""
+    look_back_s = cfg.autoscaling.look_back_period_s
+    bounds = Bounds(cfg.autoscaling.min_replicas, cfg.autoscaling.max_replicas)
+    opening = opening_replicas(trace, settings, 1, bounds, look_back_s, cfg.slo.attainment_target)
+    policy = AutoscalerdPolicy(cfg, opening)
+    row, _ = simulate_policy(policy, opening, trace, demand, settings, look_back_s)
+    return row, policy, policy.state.last_decided_at_s or duration_s
+
+
 def run_case(
     case: tuple[str, float, float, float], duration_s: float, workdir: Path
 ) -> tuple[int | None, int | None, float, float]:
@@ -97,13 +117,7 @@ def run_case(
     settings = BacktestSettings(replica=replica, frontiers=False)
     demand = profile(trace.batches(), settings.oracle_bucket_s, trace.window.duration_s)
     look_back_s = cfg.autoscaling.look_back_period_s
-    # The model as the daemon learns it from this traffic, starting warm as the backtest
-    # starts every adaptive policy (the count the opening window needs).
-    bounds = Bounds(cfg.autoscaling.min_replicas, cfg.autoscaling.max_replicas)
-    opening = opening_replicas(trace, settings, 1, bounds, look_back_s, cfg.slo.attainment_target)
-    policy = AutoscalerdPolicy(cfg, opening)
-    ours, _ = simulate_policy(policy, opening, trace, demand, settings, look_back_s)
-    end_s = policy.state.last_decided_at_s or duration_s
+    ours, policy, end_s = learn(trace, demand, settings, cfg, duration_s)
     state = policy.state.replica_model
     model = replica_model.view(
         state, cfg.replica_model, end_s, cfg.capacity.service_rate_per_replica

@@ -29,18 +29,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from model_vs_simulator import learn  # benchmarks/, on the path as the script's folder
 
 from autoscalerd.config import load_config
 from autoscalerd.decide import replica_model, sizing, slo_guard
-from autoscalerd.decide.baselines.base import Bounds
-from autoscalerd.sim.backtest import (
-    BacktestSettings,
-    attainable_share,
-    opening_replicas,
-    simulate_policy,
-)
+from autoscalerd.sim.backtest import BacktestSettings, attainable_share, simulate_policy
 from autoscalerd.sim.cluster import REPLICA_PRESETS
-from autoscalerd.sim.policies import AutoscalerdPolicy, StaticPolicy
+from autoscalerd.sim.policies import StaticPolicy
 from autoscalerd.sim.reference import profile
 from autoscalerd.sim.traces import open_trace
 
@@ -82,11 +77,7 @@ def run_preset(path: Path, preset: str, windows_s: list[int], max_replicas: int)
     duration_s = trace.window.duration_s or float(arrivals.max()) + 1.0
     demand = profile(trace.batches(), settings.oracle_bucket_s, duration_s)
     look_back_s = cfg.autoscaling.look_back_period_s
-    bounds = Bounds(cfg.autoscaling.min_replicas, cfg.autoscaling.max_replicas)
-    opening = opening_replicas(trace, settings, 1, bounds, look_back_s, cfg.slo.attainment_target)
-    policy = AutoscalerdPolicy(cfg, opening)
-    simulate_policy(policy, opening, trace, demand, settings, look_back_s)
-    end_s = policy.state.last_decided_at_s or duration_s
+    _, policy, end_s = learn(trace, demand, settings, cfg, duration_s)
     model = replica_model.view(
         policy.state.replica_model, cfg.replica_model, end_s, cfg.capacity.service_rate_per_replica
     )
