@@ -44,6 +44,7 @@ RATE_WINDOW_S = 1.0
 LOOK_BACK_S = 1.0
 COMPLETE_S = max(RATE_WINDOW_S, LOOK_BACK_S) + 2 * TICK_S
 RECOVERY_WAIT_S = 8.0
+RISE_WAIT_S = 4.0
 
 ROWS: list[dict[str, Any]] = []
 
@@ -298,6 +299,14 @@ def test_fault(fault: Fault, phase: str, run_factory: Callable[[], Run]) -> None
         fake.set_rate(RISE_RATE)
         rise_at_s = time.monotonic()
     time.sleep(max(FAULT_S - (time.monotonic() - began_s), 4 * TICK_S if fault.rise else 0.0))
+    visible_rise = fault.rise and fault.name not in _ACTUATION_FAULTS
+    if visible_rise:
+        # On a loaded machine the rate window may fill a few ticks late: the fault stays
+        # on (so what comes is still a scale-up during it) for up to RISE_WAIT_S more.
+        since_s = rise_at_s or began_s
+        _wait(
+            lambda: max(fake.scale_targets(since_s), default=0) > needed(STEADY_RATE), RISE_WAIT_S
+        )
     scaled_during = fake.scale_targets(since_s=rise_at_s or began_s)
     fault.end(run)
     ended_s = time.monotonic()
@@ -315,7 +324,6 @@ def test_fault(fault: Fault, phase: str, run_factory: Callable[[], Run]) -> None
         recovery_ticks = -1
     time.sleep(0.5)
     wrong = [s for s in fake.scale_requests() if s.status == 200 and s.target < needed(STEADY_RATE)]
-    visible_rise = fault.rise and fault.name not in _ACTUATION_FAULTS
     missed = int(visible_rise and not any(t > needed(STEADY_RATE) for t in scaled_during))
     if fault.name in _ACTUATION_FAULTS:
         # Nothing landed meanwhile; the daemon must not have piled steps on a target
