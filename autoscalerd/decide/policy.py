@@ -252,7 +252,8 @@ def decide(
         return sizing.size(model, inputs, a.max_replicas)
 
     sized_up = size_for(rate_target)
-    sized_down = size_for(rate_sustained)
+    # The same rate sizes the same: the forecast's upper bound often sets both.
+    sized_down = sized_up if rate_sustained == rate_target else size_for(rate_sustained)
     replicas_capacity = sized_up.replicas + backlog_replicas if sized_up else None
     replicas_raw = replicas_capacity
     replicas_sustained = sized_down.replicas + backlog_replicas if sized_down else None

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from statistics import NormalDist
 
 from autoscalerd.decide import prompt_budgets
@@ -223,22 +224,33 @@ def _captured_share(
         return 1.0
     excess = 0.0
     held = 0.0
-    for low, high, share in model.prompt_mix:
-        points = (
-            (low,)
-            if math.isinf(high)
-            else tuple(low + (high - low) * (k + 0.5) / _MIX_POINTS for k in range(_MIX_POINTS))
-        )
-        for tokens in points:
-            over_s = tokens / speed - wait_s
-            if over_s <= 0:
-                continue
-            weight = share / len(points)
-            excess += weight * over_s
-            held += weight * decode_s * -math.expm1(-over_s / decode_s)
+    for tokens, weight in _mix_points(model.prompt_mix):
+        over_s = tokens / speed - wait_s
+        if over_s <= 0:
+            continue
+        excess += weight * over_s
+        held += weight * decode_s * -math.expm1(-over_s / decode_s)
     if excess <= 0:
         return 1.0
     return min(1.0, held / excess)
+
+
+@lru_cache(maxsize=64)
+def _mix_points(
+    prompt_mix: tuple[tuple[float, float, float], ...],
+) -> tuple[tuple[float, float], ...]:
+    """The prompt mix as (tokens, share) points: `_MIX_POINTS` midpoints per bucket, the
+    unbounded bucket at its lower edge. Cached: the sizing asks for the same mix often."""
+    points: list[tuple[float, float]] = []
+    for low, high, share in prompt_mix:
+        if math.isinf(high):
+            points.append((low, share))
+            continue
+        points += [
+            (low + (high - low) * (k + 0.5) / _MIX_POINTS, share / _MIX_POINTS)
+            for k in range(_MIX_POINTS)
+        ]
+    return tuple(points)
 
 
 def _fits(
@@ -300,9 +312,8 @@ def size(model: ReplicaView, inputs: SizingInputs, max_replicas: int) -> Sizing:
         tail, _, _, fits = predicted_tail(model, steady, replicas)
         if not (fits and tail <= inputs.tail_share):
             return False
-        if inputs.rate_mix:
-            tail, _, _, fits = predicted_tail(model, inputs, replicas)
-        return fits and tail <= inputs.tail_share
+        # predicted_tail with the mix is the larger of this and the mixture's share.
+        return not inputs.rate_mix or _mixture_late(model, inputs, replicas) <= inputs.tail_share
 
     high = max(1, max_replicas)
     if not ok(high):
