@@ -226,8 +226,12 @@ def _clump_quantile(weights: tuple[float, ...], share: float) -> float:
     larger than the three before it). Peaks over a threshold: above u, the upper edge of
     the bin holding the weighted median, the counts are taken as exponential with the
     mean excess e measured from u to each higher bin's middle, so the quantile is
-    u + e·ln(P(C > u) / share) (a generalised Pareto tail of shape 0). Counts no wider
-    than a few bins (Poisson at a busy level) read within a bin of their quantile.
+    u + e·ln(P(C > u) / share) (a generalised Pareto tail of shape 0). The mean excess is
+    taken at one standard error over its estimate, e·(1 + 1/√n) with n the windows above
+    u (each bin's weight over its count): from a handful of clumps the tail's scale is
+    known to a factor, and the next clump is sized for what the evidence allows, as the
+    calibration counts the misses seen at one sigma. Counts no wider than a few bins
+    (Poisson at a busy level) read within a bin of their quantile.
     """
     total = sum(weights)
     plain = _count_quantile(weights, share * total)
@@ -241,15 +245,18 @@ def _clump_quantile(weights: tuple[float, ...], share: float) -> float:
     threshold = _count_upper(median_bin)
     over = 0.0
     excess = 0.0
+    windows = 0.0
     for index in range(median_bin + 1, len(weights)):
         weight = weights[index]
         if weight > 0:
             over += weight
             middle = math.sqrt(_count_upper(index - 1) * _count_upper(index))
             excess += weight * (middle - threshold)
+            windows += weight / middle
     if over <= 0 or share * total >= over:
         return plain
-    return max(plain, threshold + excess / over * math.log(over / (share * total)))
+    mean_excess = excess / over * (1.0 + 1.0 / math.sqrt(max(1.0, windows)))
+    return max(plain, threshold + mean_excess * math.log(over / (share * total)))
 
 
 def _count_bin(count: float) -> int:
