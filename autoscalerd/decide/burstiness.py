@@ -250,7 +250,7 @@ def _clump_quantile(weights: tuple[float, ...], share: float) -> float:
         weight = weights[index]
         if weight > 0:
             over += weight
-            middle = math.sqrt(_count_upper(index - 1) * _count_upper(index))
+            middle = _count_middle(index)
             excess += weight * (middle - threshold)
             windows += weight / middle
     if over <= 0 or share * total >= over:
