@@ -8,7 +8,8 @@ start-up and while running, for longer than the downscale window; for each run:
 - missed scale-ups: where the fault leaves fresh evidence (one node of two still
   answers), a load rise during the fault must still scale up;
 - recovery: ticks from the first fresh, complete reading after the fault ends (the
-  sensor's window of `COMPLETE_S` of clean rounds) to the scale request the load needs.
+  sensor's window of `COMPLETE_S` of clean rounds) to the scale request that gives the
+  platform at least what the load needs (0 when it never ran short).
 
 The table is printed at the end of the session (tests/faults/conftest.py) and in the
 README.
@@ -312,13 +313,18 @@ def test_fault(fault: Fault, phase: str, run_factory: Callable[[], Run]) -> None
     ended_s = time.monotonic()
     rate = RISE_RATE if fault.rise else STEADY_RATE
     want = needed(rate)
-    reached = _wait(lambda: want in fake.scale_targets() or fake.target == want, RECOVERY_WAIT_S)
-    # The first scale request that brought the platform to what the load needs.
-    landed = [s.at_s for s in fake.scale_requests() if s.status == 200 and s.target == want]
-    if fake.target == want and not landed:
-        recovery_ticks = 0  # nothing to do: it never left
+    enough_at_end = fake.target >= want
+    reached = _wait(lambda: fake.target >= want, RECOVERY_WAIT_S)
+    # The first scale request after the fault that gave the platform at least what the
+    # load needs. One above it (a rate read a few per cent high on a loaded machine, and
+    # the step back down a downscale delay later) is not a recovery still under way.
+    landed = [
+        s.at_s for s in fake.scale_requests(since_s=ended_s) if s.status == 200 and s.target >= want
+    ]
+    if enough_at_end:
+        recovery_ticks = 0  # nothing to do: it never ran short
     elif landed:
-        after_s = max(landed[0], ended_s) - ended_s - COMPLETE_S
+        after_s = landed[0] - ended_s - COMPLETE_S
         recovery_ticks = max(0, math.ceil(after_s / TICK_S - 1e-9))
     else:
         recovery_ticks = -1
@@ -347,4 +353,8 @@ def test_fault(fault: Fault, phase: str, run_factory: Callable[[], Run]) -> None
     assert not wrong, f"scaled below the steady need: {wrong}; {_story(run)}"
     assert not missed, f"no scale-up on fresh evidence during {fault.name}: {_story(run)}"
     assert reached, f"never reached {want}: {fake.scale_requests()[-5:]}; {_story(run)}"
-    assert recovery_ticks <= 1, f"recovery took {recovery_ticks} ticks"
+    assert recovery_ticks <= 1, (
+        f"recovery took {recovery_ticks} ticks; ended at {ended_s:.2f} s, requests: "
+        f"{[(round(s.at_s, 2), s.target, s.status) for s in fake.scale_requests()]}; "
+        f"{_story(run)}"
+    )
