@@ -197,6 +197,8 @@ class Decision:
     service_rate_per_replica_per_s: float | None = None
     ongoing_requests: float | None = None
     queued_requests: float | None = None
+    # The queue projected to when replicas asked for now can serve (the backlog term's Q).
+    backlog_at_landing_requests: float | None = None
     replicas_capacity: int | None = None
     replicas_concurrency: int | None = None
     replicas_raw: int | None = None  # from the short rate: the scale-up evidence

@@ -29,8 +29,9 @@ REASON_TEXT: dict[str, str] = {
     "(mode: ray-compatible).",
     "model_mismatch": "The observed and predicted waits disagree beyond the guard's bounds: "
     "the model is not trusted to scale down.",
-    "backlog": "{queued} queued requests added replicas to drain them within "
-    "capacity.drain_s ({drain_s}).",
+    "backlog": "{queued} queued requests, {backlog} by the time new replicas can serve "
+    "(arrivals outrunning what runs over the lead time), added replicas to drain them "
+    "within capacity.drain_s ({drain_s}).",
     "forecast_leads": "The forecast's upper bound ({upper_rate}), not the short-window rate "
     "({short_rate}), set the target rate.",
     "slo_breach": "The wait SLO is broken ({breached}; fast burn {burn_fast}): replicas "
@@ -594,6 +595,7 @@ def _reason_values(decision: Mapping[str, Any], config: Mapping[str, Any]) -> di
         calibration=number(decision.get("model_calibration")),
         tail_share=number(decision.get("tail_share"), 4),
         queued=number(decision.get("queued_requests"), 0),
+        backlog=number(decision.get("backlog_at_landing_requests"), 0),
         drain_s=seconds(capacity.get("drain_s")),
         breached=", ".join(decision.get("slo_breached") or ()) or "burning",
         burn_fast=number(decision.get("burn_rate_fast")),

@@ -197,6 +197,26 @@ def test_concurrency_is_evidence_and_backlog_adds_replicas_but_is_no_floor() -> 
     assert Reason.BACKLOG in decision.reasons and Reason.CONCURRENCY not in decision.reasons
 
 
+def test_backlog_is_the_queue_when_new_replicas_can_serve() -> None:
+    # Lead time 10 s; 2 replicas run (20/s) while 100/s arrive: the queue of 50 grows by
+    # 80/s until replicas asked for now can serve.
+    cfg = make_cfg(
+        autoscaling={"upscale_delay_s": 0},
+        capacity={"cold_start_s": 10, "actuation_delay_s": 0},
+    )
+    state = initial_state(cfg, 0, 2)
+    decision, _ = decide(observe(1, 100.0, queued=50, running_replicas=2), state, cfg, 1)
+    assert decision.backlog_at_landing_requests == 50 + 80 * 10
+    # ⌈100 / (0.8 · 10)⌉ + ⌈850 / (10 · 30)⌉ = 13 + 3
+    assert decision.replicas_capacity == 16
+    assert Reason.BACKLOG in decision.reasons
+    # What runs outpaces the arrivals: the queue only drains, and is sized as it is.
+    state = initial_state(cfg, 0, 13)
+    decision, _ = decide(observe(1, 100.0, queued=50, running_replicas=13), state, cfg, 1)
+    assert decision.backlog_at_landing_requests == 50
+    assert decision.replicas_capacity == 13 + 1
+
+
 def test_scale_down_waits_for_the_window_and_takes_its_maximum() -> None:
     cfg = make_cfg()
     targets, state = run(cfg, [80.0] * 100)  # 10 replicas, fresh for 100 s

@@ -776,3 +776,16 @@ def test_prompt_budgets_read_a_heavy_tail_inside_a_bucket_from_its_neighbours() 
     # A lone bucket has no neighbour to read a slope from: uniform.
     alone = prompt_budgets.attainable_budgets(((2000.0, 5000.0, 1.0),), 1.0, 3000.0)
     assert sum(part for part, _, _ in alone) == pytest.approx(1 / 3)
+
+
+def test_backlog_at_landing_grows_only_while_arrivals_outrun_what_runs() -> None:
+    from autoscalerd.decide import capacity
+
+    # 40 queued, 30/s arriving, 20/s served, 65 s lead: 40 + 10 · 65.
+    assert capacity.backlog_at_landing_requests(40.0, 30.0, 20.0, 65.0) == 690.0
+    assert capacity.backlog_at_landing_requests(40.0, 10.0, 20.0, 65.0) == 40.0
+    # Unknown arrivals or unknown serving: the queue as it is, never less.
+    assert capacity.backlog_at_landing_requests(40.0, None, 20.0, 65.0) == 40.0
+    assert capacity.backlog_at_landing_requests(40.0, 30.0, None, 65.0) == 40.0
+    # ⌈690 / (12 · 30)⌉
+    assert capacity.replicas_for_backlog(690.0, 12.0, 30.0) == 2

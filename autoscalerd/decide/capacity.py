@@ -77,6 +77,19 @@ def replicas_for_backlog(queued: float, service_rate_per_s: float, drain_s: floa
     return ceil_replicas(queued / (service_rate_per_s * drain_s))
 
 
+def backlog_at_landing_requests(
+    queued: float, arrival_rate_per_s: float | None, served_per_s: float | None, lead_s: float
+) -> float:
+    """Q + max(0, λ − served)·lead: the queue when capacity asked for now can land.
+
+    While arrivals outrun what runs, the queue grows until new replicas start serving;
+    those replicas must drain what is there then, not what is there now.
+    """
+    if arrival_rate_per_s is None or served_per_s is None:
+        return queued
+    return queued + max(0.0, arrival_rate_per_s - served_per_s) * lead_s
+
+
 def replicas_for_concurrency(ongoing: float, target_ongoing_requests: float) -> int:
     """Ray Serve's rule: ⌈ongoing / target_ongoing_requests⌉."""
     return ceil_replicas(ongoing / target_ongoing_requests)

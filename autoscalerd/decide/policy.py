@@ -216,10 +216,17 @@ def decide(
         burst_state, tail_share, rate_target or 0.0, tick_s, now_s
     )
     clumps = burstiness.clumps(burst_state, tail_share, tick_s, now_s)
+    # The backlog the replicas asked for now must drain: the queue as it will be when they
+    # can serve, a lead time from now, while arrivals outrun what runs.
     backlog_replicas = 0
+    backlog: float | None = None
     if r.queued:
+        served_per_s = running * model.service_rate_per_s() * capacity_factor if running else None
+        backlog = capacity.backlog_at_landing_requests(
+            r.queued, r.rate_short_per_s, served_per_s, forecasting.lead_time_s(cfg)
+        )
         backlog_replicas = capacity.replicas_for_backlog(
-            r.queued, model.service_rate_per_s() * capacity_factor, cfg.capacity.drain_s
+            backlog, model.service_rate_per_s() * capacity_factor, cfg.capacity.drain_s
         )
         if backlog_replicas:
             reasons.append(Reason.BACKLOG)
@@ -325,6 +332,7 @@ def decide(
         service_rate_per_replica_per_s=model.service_rate_per_s() * capacity_factor,
         ongoing_requests=r.ongoing,
         queued_requests=r.queued,
+        backlog_at_landing_requests=backlog,
         replicas_capacity=replicas_capacity,
         replicas_concurrency=replicas_concurrency,
         replicas_raw=replicas_raw,
