@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -16,6 +17,9 @@ from autoscalerd.model import DeploymentState, Histogram, Observation, Reading
 from autoscalerd.sim.cluster import Cluster, ReplicaModel
 from autoscalerd.sim.sensor import SimSensor
 from autoscalerd.sim.traces import RequestBatch
+
+# The lead time the burst stages hold a clump for at least (a small model's cold start).
+LEAD_S = 30.0
 
 
 def view(**changes: object) -> replica_model.ReplicaView:
@@ -144,7 +148,7 @@ def test_clumps_are_counted_per_window_and_outlast_a_lull() -> None:
         arrivals = 100.0 if tick % 300 in (1, 2, 3, 4) else 0.0
         state = burstiness.observe(state, arrivals, 1.0, now, 300.0)
     assert now % 300 == 0  # 296 quiet ticks since the last clump
-    found = dict(burstiness.clumps(state, 0.01, 1.0, now))
+    found = dict(burstiness.clumps(state, 0.01, 1.0, now, LEAD_S))
     # Never below the clumps seen (counts are binned 1.1x apart; the tail extrapolates,
     # and four clumps know its scale only to a factor: up to 2.5x what was seen).
     assert found[1.0] >= 100.0 and found[2.0] >= 200.0 and found[4.0] >= 400.0
@@ -155,9 +159,66 @@ def test_clumps_are_counted_per_window_and_outlast_a_lull() -> None:
     assert burstiness.peak_to_mean(state, 0.01, level, 1.0, now) * level < 50
     # The sizing holds the replicas a clump needs through the lull.
     inputs = sizing.SizingInputs(
-        max(level, 0.01), 1.0, 1.0, 0.5, 0.01, clumps=burstiness.clumps(state, 0.01, 1.0, now)
+        max(level, 0.01),
+        1.0,
+        1.0,
+        0.5,
+        0.01,
+        clumps=burstiness.clumps(state, 0.01, 1.0, now, LEAD_S),
     )
     assert sizing.size(view(), inputs, 64).replicas >= math.ceil(400 * 0.1 / 4.5)
+
+
+def test_a_clump_is_held_twice_its_episodes_span_or_a_lead_time() -> None:
+    # An episode seen from 0 to 300 s is held until 900 s; one seen once, a lead time.
+    assert burstiness._live(0.0, 300.0, 900.0, LEAD_S)
+    assert not burstiness._live(0.0, 300.0, 901.0, LEAD_S)
+    assert burstiness._live(100.0, 100.0, 100.0 + LEAD_S, LEAD_S)
+    assert not burstiness._live(100.0, 100.0, 101.0 + LEAD_S, LEAD_S)
+    # The span is counted up to the histograms' memory.
+    assert burstiness._live(0.0, 7200.0, 7200.0 + 7200.0, LEAD_S)
+    assert not burstiness._live(0.0, 7200.0, 7201.0 + 7200.0, LEAD_S)
+    # A count of 40 is a sighting of every group up to 32-63; a group seen again within
+    # the hour recurs, one seen again after it starts a new episode.
+    record = burstiness._seen((), burstiness._episode_group(40.0), 10.0)
+    assert record == ((10.0, 10.0),) * 7
+    record = burstiness._seen(record, burstiness._episode_group(3.0), 3000.0)
+    assert record[:3] == ((10.0, 3000.0),) * 3 and record[3:] == ((10.0, 10.0),) * 4
+    record = burstiness._seen(record, burstiness._episode_group(40.0), 3700.0)
+    assert record[:3] == ((10.0, 3700.0),) * 3  # 700 s since its last sighting
+    assert record[3:] == ((3700.0, 3700.0),) * 4  # 3,690 s: a new episode
+
+
+def _crowds(
+    state: burstiness.BurstState, ticks: range, crowd: Callable[[int], bool]
+) -> burstiness.BurstState:
+    rng = np.random.default_rng(5)
+    for tick in ticks:
+        rate = 250.0 if crowd(tick) else 20.0
+        state = burstiness.observe(state, float(rng.poisson(rate)), 1.0, float(tick), 300.0)
+    return state
+
+
+def test_a_one_off_crowd_is_let_go_and_a_recurring_one_held() -> None:
+    """20 requests/s, Poisson, with a crowd of 250/s for 300 s after half an hour: 16 %
+    of the hour's requests. Two spans (600 s) after it ends the 64 s windows of 16,000
+    are still held; half an hour after, they are not, and the clumps and the rate mix
+    are the steady traffic's (64 s: 1,280 + 2.33·√1,280 ≈ 1,363). A crowd of 60 s every
+    600 s is held through the lull after its fourth."""
+    once = _crowds(burstiness.BurstState(), range(1, 2701), lambda t: 1800 < t <= 2100)
+    assert dict(burstiness.clumps(once, 0.01, 1.0, 2700.0, 180.0))[64.0] > 10_000
+    once = _crowds(once, range(2701, 3901), lambda t: False)
+    found = dict(burstiness.clumps(once, 0.01, 1.0, 3900.0, 180.0))
+    assert 1363 <= found[64.0] <= 1.25 * 1363
+    assert max(rate for rate, _ in burstiness.rate_mix(once, 1.0, 3900.0, 180.0)) < 30.0
+    # A state saved before the episodes were recorded holds its histograms as before,
+    # and from its next tick as one episode over the last hour.
+    old = dataclasses.replace(once, episodes=())
+    assert dict(burstiness.clumps(old, 0.01, 1.0, 3900.0, 180.0))[64.0] > 10_000
+    old = _crowds(old, range(3901, 3902), lambda t: False)
+    assert dict(burstiness.clumps(old, 0.01, 1.0, 3901.0, 180.0))[64.0] > 10_000
+    recurring = _crowds(burstiness.BurstState(), range(1, 3001), lambda t: t % 600 < 60 and t > 600)
+    assert dict(burstiness.clumps(recurring, 0.01, 1.0, 3000.0, 180.0))[64.0] > 10_000
 
 
 def test_the_rate_mix_reads_each_requests_local_rate_over_eight_seconds() -> None:
@@ -171,7 +232,7 @@ def test_the_rate_mix_reads_each_requests_local_rate_over_eight_seconds() -> Non
         now = float(tick)
         arrivals = 42.0 if tick % 100 == 50 else 2.0
         state = burstiness.observe(state, arrivals, 1.0, now, 300.0)
-    mix = burstiness.rate_mix(state, 1.0, now)
+    mix = burstiness.rate_mix(state, 1.0, now, LEAD_S)
     assert [rate for rate, _ in mix] == sorted((rate for rate, _ in mix), reverse=True)
     assert sum(share for _, share in mix) == pytest.approx(1.0)
     # (The forgetting weighs recent ticks a little more; count bins are 1.1x wide.)
@@ -180,7 +241,7 @@ def test_the_rate_mix_reads_each_requests_local_rate_over_eight_seconds() -> Non
     assert max(rate for rate, _ in mix) == pytest.approx(56 / 8, rel=0.1)
     low = [rate for rate, share in mix if rate < 4.0 and share > 0.5]
     assert len(low) == 1 and low[0] == pytest.approx(2.0, rel=0.1)
-    assert burstiness.rate_mix(burstiness.BurstState(), 1.0, now) == ()
+    assert burstiness.rate_mix(burstiness.BurstState(), 1.0, now, LEAD_S) == ()
 
 
 def test_the_late_share_is_averaged_over_the_local_rate() -> None:
@@ -253,7 +314,7 @@ def test_poisson_clumps_read_close_to_their_quantile() -> None:
     state = burstiness.BurstState()
     for tick in range(1, 1801):
         state = burstiness.observe(state, float(rng.poisson(30)), 1.0, float(tick), 300.0)
-    found = dict(burstiness.clumps(state, 0.01, 1.0, 1800.0))
+    found = dict(burstiness.clumps(state, 0.01, 1.0, 1800.0, LEAD_S))
     assert 43 <= found[1.0] <= 1.25 * 43
     assert 2022 <= found[64.0] <= 1.1 * 2022
 

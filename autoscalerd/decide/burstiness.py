@@ -32,6 +32,23 @@ The sizing asks that a clump's prefill fit in its window plus the wait budget (a
 bound: the last request of a window waits for the work that arrived in it), so it
 catches clumps longer than one tick too.
 
+A clump is held only while it recurs. The histograms weigh what the last hour's requests
+met, which is the share of future requests that will meet it only if it happens again: a
+one-off event (a six-minute flash crowd on WorldCup98, 16 % of a six-hour window's
+requests) read as a share of the hour held its replicas for four hours after it, through
+traffic a tenth of its size. So each window also records, for counts in groups a factor
+of two wide, the first and the last sighting of a count at least that large, one episode
+as long as each sighting comes within the histograms' memory of the one before; its
+histogram bins count only while the episode is held: `hold_min_s` (the lead time:
+capacity released sooner cannot be back for the next clump) or twice the episode's span
+(at most an hour's) after its last sighting, whichever is longer. What has recurred over
+a span is expected to recur for about as long again (the median remaining life of what
+has lasted a time is that time); twice covers a next occurrence up to one span plus
+jitter away. A batch job's clumps every few minutes are held through the lulls from
+their second occurrence on; a one-off crowd is let go two of its own lengths after it
+ends. A state file written before the record existed holds its histograms as one
+hour-long episode.
+
 The same per-window histograms, divided by their windows, give the local arrival rate as
 each request arrived (`rate_mix`): the distribution the sizing averages its queueing
 formulas over. Its window is about the prefill queue's memory at the loads where requests
@@ -72,6 +89,11 @@ _COUNT_BASE = 1.1
 MIXTURE_WINDOW_S = 8.0
 # Count bins are merged into groups this factor wide for the mixture (fewer evaluations).
 _MIXTURE_GROUP = 1.5
+# Episodes are recorded for counts in groups this factor wide: ≤ 1, then 2^k up to 2^20.
+_EPISODE_BASE = 2.0
+EPISODE_GROUPS = 21
+# A live episode is held this many times its span after its last sighting.
+_HOLD_SPANS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +106,17 @@ class BurstState:
     # Per clump window (CLUMP_TICKS): requests per count bin of the window they ended,
     # forgotten over MEMORY_S; None until the window has a request.
     clump_weights: tuple[Sums | None, ...] = ()
+    # Per clump window: per episode group up to the largest count seen, (first, last)
+    # sighting of a count at least the group's lower edge in the episode now recorded.
+    episodes: tuple[tuple[tuple[float, float], ...], ...] = ()
 
 
 def observe(
-    state: BurstState, arrivals: float, tick_s: float, now_s: float, level_memory_s: float
+    state: BurstState,
+    arrivals: float,
+    tick_s: float,
+    now_s: float,
+    level_memory_s: float,
 ) -> BurstState:
     """Fold one tick's arrival count in; the level adapts over `level_memory_s`."""
     rate_per_s = arrivals / tick_s if tick_s > 0 else 0.0
@@ -114,17 +143,72 @@ def observe(
     clump_weights = list(state.clump_weights) + [None] * (
         len(CLUMP_TICKS) - len(state.clump_weights)
     )
+    episodes = list(state.episodes) + [()] * (len(CLUMP_TICKS) - len(state.episodes))
     if arrivals > 0:
         for index, ticks in enumerate(CLUMP_TICKS):
             if len(recent) < ticks:
                 break
+            count = sum(recent[-ticks:])
             deltas = [0.0] * COUNT_BINS
-            deltas[_count_bin(sum(recent[-ticks:]))] = arrivals
-            sums = clump_weights[index] or Sums((0.0,) * COUNT_BINS)
+            deltas[_count_bin(count)] = arrivals
+            sums = clump_weights[index]
+            if sums is not None and not episodes[index]:
+                # A histogram from before the record: one episode over the last hour.
+                episodes[index] = ((now_s - MEMORY_S, now_s),) * EPISODE_GROUPS
+            episodes[index] = _seen(episodes[index], _episode_group(count), now_s)
+            sums = sums or Sums((0.0,) * COUNT_BINS)
             clump_weights[index] = sums.add(now_s, MEMORY_S, *deltas)
     return BurstState(
-        level_per_s=level, weights=weights, recent=recent, clump_weights=tuple(clump_weights)
+        level_per_s=level,
+        weights=weights,
+        recent=recent,
+        clump_weights=tuple(clump_weights),
+        episodes=tuple(episodes),
     )
+
+
+def _seen(
+    record: tuple[tuple[float, float], ...], group: int, now_s: float
+) -> tuple[tuple[float, float], ...]:
+    """`record` after a count in episode group `group` at `now_s`: every group up to it
+    was seen (a count is at least as large as each smaller group's edge). A group last
+    seen longer ago than the histograms remember starts a new episode; one seen within it
+    recurs, and its episode spans both sightings."""
+    groups = list(record) + [(now_s, now_s)] * (group + 1 - len(record))
+    for g in range(group + 1):
+        first_s, last_s = groups[g]
+        groups[g] = (first_s if now_s - last_s <= MEMORY_S else now_s, now_s)
+    return tuple(groups)
+
+
+def _live(first_s: float, last_s: float, now_s: float, hold_min_s: float) -> bool:
+    """Whether an episode seen from `first_s` to `last_s` is held at `now_s`: twice its
+    span (at most the histograms' memory) or `hold_min_s`, whichever is longer."""
+    span_s = min(MEMORY_S, last_s - first_s)
+    return now_s - last_s <= max(hold_min_s, _HOLD_SPANS * span_s)
+
+
+def _live_weights(
+    weights: tuple[float, ...],
+    record: tuple[tuple[float, float], ...] | None,
+    now_s: float,
+    hold_min_s: float,
+) -> tuple[float, ...]:
+    """The histogram's weights with the bins of lapsed episodes at zero; as they are
+    without a record (a state from before it)."""
+    if not record:
+        return weights
+    live = [_live(first_s, last_s, now_s, hold_min_s) for first_s, last_s in record]
+    return tuple(
+        weight if weight > 0 and (group := _BIN_GROUP[index]) < len(live) and live[group] else 0.0
+        for index, weight in enumerate(weights)
+    )
+
+
+def _episode_group(count: float) -> int:
+    if count <= 1.0:
+        return 0
+    return min(EPISODE_GROUPS - 1, 1 + int(math.log(count) / math.log(_EPISODE_BASE)))
 
 
 def peak_to_mean(
@@ -147,15 +231,18 @@ def peak_to_mean(
 
 
 def clumps(
-    state: BurstState, share: float, tick_s: float, now_s: float
+    state: BurstState, share: float, tick_s: float, now_s: float, hold_min_s: float
 ) -> tuple[tuple[float, float], ...]:
-    """(window_s, requests): per clump window that has seen MIN_REQUESTS, the requests in
-    a window that all but `share` of requests arrive in one at most as large as."""
+    """(window_s, requests): per clump window that has seen MIN_REQUESTS in live
+    episodes, the requests in a window that all but `share` of those requests arrive in
+    one at most as large as."""
     found: list[tuple[float, float]] = []
-    for ticks, sums in zip(CLUMP_TICKS, state.clump_weights, strict=False):
+    for index, (ticks, sums) in enumerate(zip(CLUMP_TICKS, state.clump_weights, strict=False)):
         if sums is None:
             continue
-        weights = sums.decayed(now_s, MEMORY_S)
+        weights = _live_weights(
+            sums.decayed(now_s, MEMORY_S), _record(state, index), now_s, hold_min_s
+        )
         total = sum(weights)
         if total < MIN_REQUESTS:
             continue
@@ -163,10 +250,12 @@ def clumps(
     return tuple(found)
 
 
-def rate_mix(state: BurstState, tick_s: float, now_s: float) -> tuple[tuple[float, float], ...]:
+def rate_mix(
+    state: BurstState, tick_s: float, now_s: float, hold_min_s: float
+) -> tuple[tuple[float, float], ...]:
     """((rate per s, share of requests), ...), highest rate first: the arrival rate over
-    the clump window nearest MIXTURE_WINDOW_S as each request arrived, over the last hour;
-    () until that window has seen MIN_REQUESTS."""
+    the clump window nearest MIXTURE_WINDOW_S as each request arrived, over the last hour
+    in live episodes; () until that window has seen MIN_REQUESTS in them."""
     if tick_s <= 0 or not state.clump_weights:
         return ()
     index = min(
@@ -176,7 +265,7 @@ def rate_mix(state: BurstState, tick_s: float, now_s: float) -> tuple[tuple[floa
     sums = state.clump_weights[index] if index < len(state.clump_weights) else None
     if sums is None:
         return ()
-    weights = sums.decayed(now_s, MEMORY_S)
+    weights = _live_weights(sums.decayed(now_s, MEMORY_S), _record(state, index), now_s, hold_min_s)
     total = sum(weights)
     if total < MIN_REQUESTS:
         return ()
@@ -193,6 +282,10 @@ def rate_mix(state: BurstState, tick_s: float, now_s: float) -> tuple[tuple[floa
         (requests / weight / window_s, weight / total)
         for weight, requests in (groups[key] for key in sorted(groups, reverse=True))
     )
+
+
+def _record(state: BurstState, index: int) -> tuple[tuple[float, float], ...] | None:
+    return state.episodes[index] if index < len(state.episodes) else None
 
 
 def _count_middle(index: int) -> float:
@@ -293,3 +386,7 @@ def _poisson_ratio(share: float, mean_count: float) -> float:
 def _normal_quantile(p: float) -> float:
     # Strictly inside (0, 1): a share that rounds to 0 or 1 is the quantile's limit.
     return NormalDist().inv_cdf(min(1.0 - 1e-15, max(1e-15, p)))
+
+
+# The episode group of each count bin (of its middle).
+_BIN_GROUP = tuple(_episode_group(_count_middle(index)) for index in range(COUNT_BINS))

@@ -95,7 +95,11 @@ def decide(
     burst_state = state.burst
     if r.arrival_rate_per_s is not None:
         burst_state = burstiness.observe(
-            burst_state, r.arrival_rate_per_s * tick_s, tick_s, now_s, cfg.forecast.bucket_s
+            burst_state,
+            r.arrival_rate_per_s * tick_s,
+            tick_s,
+            now_s,
+            cfg.forecast.bucket_s,
         )
 
     # 2. The replica model, learned online; derated under KV-cache pressure or GPU trouble.
@@ -172,7 +176,7 @@ def decide(
     # its late share over it (sizing._mixture_late). Not carried to the forecast's level:
     # the clumps of on-off traffic do not shrink in a lull, and a rising tide is the
     # steady formulas' at the forecast's rate.
-    rate_mix = burstiness.rate_mix(burst_state, tick_s, now_s)
+    rate_mix = burstiness.rate_mix(burst_state, tick_s, now_s, forecasting.lead_time_s(cfg))
 
     if settled and running and r.rate_obs_per_s is not None and cfg.capacity.sizing == "model":
         now_inputs = sizing.SizingInputs(
@@ -184,7 +188,9 @@ def decide(
             capacity_factor,
             level_per_s=burst_state.level_per_s,
             ttft_s=slo.ttft_s,
-            clumps=burstiness.clumps(burst_state, share, tick_s, now_s),
+            clumps=burstiness.clumps(
+                burst_state, share, tick_s, now_s, forecasting.lead_time_s(cfg)
+            ),
             rate_mix=rate_mix,
         )
         late, _, _, burst_fits = sizing.predicted_tail(model, now_inputs, int(running))
@@ -215,7 +221,7 @@ def decide(
     peak_to_mean = burstiness.peak_to_mean(
         burst_state, tail_share, rate_target or 0.0, tick_s, now_s
     )
-    clumps = burstiness.clumps(burst_state, tail_share, tick_s, now_s)
+    clumps = burstiness.clumps(burst_state, tail_share, tick_s, now_s, forecasting.lead_time_s(cfg))
     # The backlog the replicas asked for now must drain: the queue as it will be when they
     # can serve, a lead time from now, while arrivals outrun what runs.
     backlog_replicas = 0
