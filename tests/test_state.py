@@ -166,6 +166,14 @@ def test_unusable_files_are_rejected_with_the_place_named(text: str, problem: st
             '{"target_replicas": 2, "started_at_s": 0, "burst": {"recent": [-1.0]}}',
             "state.burst.recent: not recent arrival counts",
         ),
+        (
+            '{"target_replicas": 2, "started_at_s": 0, "burst": {"episodes": [[[5.0, 1.0]]]}}',
+            "state.burst.episodes: not (first, last) sightings per group",
+        ),
+        (
+            '{"target_replicas": 2, "started_at_s": 0, "burst": {"episodes": [[[1.0]]]}}',
+            "state.burst.episodes[0][0]: expected 2 items",
+        ),
     ],
 )
 def test_an_unusable_deployment_is_dropped_with_the_place_named(entry: str, problem: str) -> None:
