@@ -238,10 +238,11 @@ def _check_sums(state: DeploymentState, where: str) -> None:
     if len(burst.clump_weights) > len(burstiness.CLUMP_TICKS):
         raise StateError(f"{where}.state.burst.clump_weights: more windows than measured")
     if len(burst.episodes) > len(burstiness.CLUMP_TICKS) or any(
-        len(record) > burstiness.EPISODE_GROUPS or any(first > last for first, last in record)
+        len(record) > burstiness.EPISODE_GROUPS
+        or any(not first <= run <= last for first, last, run in record)
         for record in burst.episodes
     ):
-        raise StateError(f"{where}.state.burst.episodes: not (first, last) sightings per group")
+        raise StateError(f"{where}.state.burst.episodes: not (first, last, run) sightings")
     if len(burst.recent) > burstiness.CLUMP_TICKS[-1] or any(
         not 0 <= v < math.inf for v in burst.recent
     ):

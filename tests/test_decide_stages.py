@@ -146,7 +146,7 @@ def test_clumps_are_counted_per_window_and_outlast_a_lull() -> None:
     for tick in range(1, 1201):
         now = float(tick)
         arrivals = 100.0 if tick % 300 in (1, 2, 3, 4) else 0.0
-        state = burstiness.observe(state, arrivals, 1.0, now, 300.0)
+        state = burstiness.observe(state, arrivals, 1.0, now, 300.0, LEAD_S)
     assert now % 300 == 0  # 296 quiet ticks since the last clump
     found = dict(burstiness.clumps(state, 0.01, 1.0, now, LEAD_S))
     # Never below the clumps seen (counts are binned 1.1x apart; the tail extrapolates,
@@ -169,24 +169,30 @@ def test_clumps_are_counted_per_window_and_outlast_a_lull() -> None:
     assert sizing.size(view(), inputs, 64).replicas >= math.ceil(400 * 0.1 / 4.5)
 
 
-def test_a_clump_is_held_twice_its_episodes_span_or_a_lead_time() -> None:
-    # An episode seen from 0 to 300 s is held until 900 s; one seen once, a lead time.
-    assert burstiness._live(0.0, 300.0, 900.0, LEAD_S)
-    assert not burstiness._live(0.0, 300.0, 901.0, LEAD_S)
-    assert burstiness._live(100.0, 100.0, 100.0 + LEAD_S, LEAD_S)
-    assert not burstiness._live(100.0, 100.0, 101.0 + LEAD_S, LEAD_S)
-    # The span is counted up to the histograms' memory.
-    assert burstiness._live(0.0, 7200.0, 7200.0 + 7200.0, LEAD_S)
-    assert not burstiness._live(0.0, 7200.0, 7201.0 + 7200.0, LEAD_S)
-    # A count of 40 is a sighting of every group up to 32-63; a group seen again within
-    # the hour recurs, one seen again after it starts a new episode.
-    record = burstiness._seen((), burstiness._episode_group(40.0), 10.0)
-    assert record == ((10.0, 10.0),) * 7
-    record = burstiness._seen(record, burstiness._episode_group(3.0), 3000.0)
-    assert record[:3] == ((10.0, 3000.0),) * 3 and record[3:] == ((10.0, 10.0),) * 4
-    record = burstiness._seen(record, burstiness._episode_group(40.0), 3700.0)
-    assert record[:3] == ((10.0, 3700.0),) * 3  # 700 s since its last sighting
-    assert record[3:] == ((3700.0, 3700.0),) * 4  # 3,690 s: a new episode
+def test_a_surge_is_held_twice_its_episodes_span_and_a_clump_as_long_as_remembered() -> None:
+    # A run of 300 s (longer than a lead time) in an episode from 0 to 300 s: held until
+    # 900 s. A run shorter than a lead time is a clump: held whenever it was seen.
+    assert burstiness._live((0.0, 300.0, 0.0), 900.0, LEAD_S)
+    assert not burstiness._live((0.0, 300.0, 0.0), 901.0, LEAD_S)
+    assert burstiness._live((100.0, 100.0, 100.0), 5000.0, LEAD_S)
+    assert burstiness._live((0.0, 300.0, 300.0 - LEAD_S + 1.0), 5000.0, LEAD_S)
+    # A surge of one lead time is held two after it; the span counts up to the
+    # histograms' memory.
+    assert burstiness._live((100.0, 100.0 + LEAD_S, 100.0), 100.0 + 3 * LEAD_S, LEAD_S)
+    assert not burstiness._live((100.0, 100.0 + LEAD_S, 100.0), 101.0 + 3 * LEAD_S, LEAD_S)
+    assert burstiness._live((0.0, 7200.0, 7000.0), 7200.0 + 7200.0, LEAD_S)
+    assert not burstiness._live((0.0, 7200.0, 7000.0), 7201.0 + 7200.0, LEAD_S)
+    # A count of 40 is a sighting of every group up to 32-63. A group seen again within a
+    # lead time continues its run, within the hour its episode, after it starts anew.
+    record = burstiness._seen((), burstiness._episode_group(40.0), 10.0, LEAD_S)
+    assert record == ((10.0, 10.0, 10.0),) * 7
+    record = burstiness._seen(record, burstiness._episode_group(3.0), 30.0, LEAD_S)
+    assert record[:3] == ((10.0, 30.0, 10.0),) * 3 and record[3:] == ((10.0, 10.0, 10.0),) * 4
+    record = burstiness._seen(record, burstiness._episode_group(3.0), 3000.0, LEAD_S)
+    assert record[:3] == ((10.0, 3000.0, 3000.0),) * 3
+    record = burstiness._seen(record, burstiness._episode_group(40.0), 3700.0, LEAD_S)
+    assert record[:3] == ((10.0, 3700.0, 3700.0),) * 3  # 700 s since its last sighting
+    assert record[3:] == ((3700.0, 3700.0, 3700.0),) * 4  # 3,690 s: a new episode
 
 
 def _crowds(
@@ -195,16 +201,17 @@ def _crowds(
     rng = np.random.default_rng(5)
     for tick in ticks:
         rate = 250.0 if crowd(tick) else 20.0
-        state = burstiness.observe(state, float(rng.poisson(rate)), 1.0, float(tick), 300.0)
+        state = burstiness.observe(state, float(rng.poisson(rate)), 1.0, float(tick), 300.0, 180.0)
     return state
 
 
 def test_a_one_off_crowd_is_let_go_and_a_recurring_one_held() -> None:
     """20 requests/s, Poisson, with a crowd of 250/s for 300 s after half an hour: 16 %
-    of the hour's requests. Two spans (600 s) after it ends the 64 s windows of 16,000
-    are still held; half an hour after, they are not, and the clumps and the rate mix
-    are the steady traffic's (64 s: 1,280 + 2.33·√1,280 ≈ 1,363). A crowd of 60 s every
-    600 s is held through the lull after its fourth."""
+    of the hour's requests, longer than the lead time (180 s). Two spans (600 s) after it
+    ends the 64 s windows of 16,000 are still held; half an hour after, they are not, and
+    the clumps and the rate mix are the steady traffic's (64 s: 1,280 + 2.33·√1,280 ≈
+    1,363). A crowd of 60 s every 600 s is held through the lull after its fourth, and a
+    crowd of 60 s (shorter than the lead time) seen once is held as long as remembered."""
     once = _crowds(burstiness.BurstState(), range(1, 2701), lambda t: 1800 < t <= 2100)
     assert dict(burstiness.clumps(once, 0.01, 1.0, 2700.0, 180.0))[64.0] > 10_000
     once = _crowds(once, range(2701, 3901), lambda t: False)
@@ -219,6 +226,8 @@ def test_a_one_off_crowd_is_let_go_and_a_recurring_one_held() -> None:
     assert dict(burstiness.clumps(old, 0.01, 1.0, 3901.0, 180.0))[64.0] > 10_000
     recurring = _crowds(burstiness.BurstState(), range(1, 3001), lambda t: t % 600 < 60 and t > 600)
     assert dict(burstiness.clumps(recurring, 0.01, 1.0, 3000.0, 180.0))[64.0] > 10_000
+    short = _crowds(burstiness.BurstState(), range(1, 3901), lambda t: 1800 < t <= 1860)
+    assert dict(burstiness.clumps(short, 0.01, 1.0, 3900.0, 180.0))[64.0] > 10_000
 
 
 def test_the_rate_mix_reads_each_requests_local_rate_over_eight_seconds() -> None:
@@ -231,7 +240,7 @@ def test_the_rate_mix_reads_each_requests_local_rate_over_eight_seconds() -> Non
     for tick in range(1, 1001):
         now = float(tick)
         arrivals = 42.0 if tick % 100 == 50 else 2.0
-        state = burstiness.observe(state, arrivals, 1.0, now, 300.0)
+        state = burstiness.observe(state, arrivals, 1.0, now, 300.0, LEAD_S)
     mix = burstiness.rate_mix(state, 1.0, now, LEAD_S)
     assert [rate for rate, _ in mix] == sorted((rate for rate, _ in mix), reverse=True)
     assert sum(share for _, share in mix) == pytest.approx(1.0)
@@ -313,7 +322,7 @@ def test_poisson_clumps_read_close_to_their_quantile() -> None:
     rng = np.random.default_rng(3)
     state = burstiness.BurstState()
     for tick in range(1, 1801):
-        state = burstiness.observe(state, float(rng.poisson(30)), 1.0, float(tick), 300.0)
+        state = burstiness.observe(state, float(rng.poisson(30)), 1.0, float(tick), 300.0, LEAD_S)
     found = dict(burstiness.clumps(state, 0.01, 1.0, 1800.0, LEAD_S))
     assert 43 <= found[1.0] <= 1.25 * 43
     assert 2022 <= found[64.0] <= 1.1 * 2022
@@ -330,10 +339,10 @@ def test_burstiness_reads_poisson_near_one_and_clumps_high() -> None:
     smooth = burstiness.BurstState()
     clumped = burstiness.BurstState()
     for tick in range(1, 1801):
-        smooth = burstiness.observe(smooth, float(rng.poisson(30)), 1.0, float(tick), 300.0)
+        smooth = burstiness.observe(smooth, float(rng.poisson(30)), 1.0, float(tick), 300.0, LEAD_S)
         # The same mean, all of it in one second of every 30.
         clumped = burstiness.observe(
-            clumped, 900.0 if tick % 30 == 0 else 0.0, 1.0, float(tick), 300.0
+            clumped, 900.0 if tick % 30 == 0 else 0.0, 1.0, float(tick), 300.0, LEAD_S
         )
     assert burstiness.peak_to_mean(smooth, 0.01, 30.0, 1.0, 1800.0) < 1.6
     assert burstiness.peak_to_mean(clumped, 0.01, 30.0, 1.0, 1800.0) > 15
@@ -350,14 +359,14 @@ def test_burstiness_reads_a_step_up_in_level_as_a_step_not_a_burst() -> None:
     state = burstiness.BurstState()
     for tick in range(1, 1801):
         rate = 0.3 if tick <= 600 else 20.0
-        state = burstiness.observe(state, float(rng.poisson(rate)), 1.0, float(tick), 60.0)
+        state = burstiness.observe(state, float(rng.poisson(rate)), 1.0, float(tick), 60.0, LEAD_S)
     ratio = burstiness.peak_to_mean(state, 0.01, 20.0, 1.0, 1800.0)
     assert ratio < 3.0  # the bins are 1.25x apart: 2.44 here, 5.96 counted against the old level
     # Clumps in a near-empty window still read high: the on-off case is not smoothed away.
     quiet = burstiness.BurstState()
     for tick in range(1, 1801):
         arrivals = 40.0 if tick % 120 == 0 else float(rng.poisson(0.2))
-        quiet = burstiness.observe(quiet, arrivals, 1.0, float(tick), 60.0)
+        quiet = burstiness.observe(quiet, arrivals, 1.0, float(tick), 60.0, LEAD_S)
     assert burstiness.peak_to_mean(quiet, 0.01, 0.5, 1.0, 1800.0) > 20
 
 
@@ -492,7 +501,7 @@ def _bursts(clumped: bool) -> burstiness.BurstState:
     burst = burstiness.BurstState()
     for tick in range(1, 1801):
         arrivals = (30.0 if tick % 60 == 0 else 0.0) if clumped else 0.5
-        burst = burstiness.observe(burst, arrivals, 1.0, float(tick), 300.0)
+        burst = burstiness.observe(burst, arrivals, 1.0, float(tick), 300.0, LEAD_S)
     return burst
 
 

@@ -167,12 +167,12 @@ def test_unusable_files_are_rejected_with_the_place_named(text: str, problem: st
             "state.burst.recent: not recent arrival counts",
         ),
         (
-            '{"target_replicas": 2, "started_at_s": 0, "burst": {"episodes": [[[5.0, 1.0]]]}}',
-            "state.burst.episodes: not (first, last) sightings per group",
+            '{"target_replicas": 2, "started_at_s": 0, "burst": {"episodes": [[[5.0, 1.0, 1.0]]]}}',
+            "state.burst.episodes: not (first, last, run) sightings",
         ),
         (
             '{"target_replicas": 2, "started_at_s": 0, "burst": {"episodes": [[[1.0]]]}}',
-            "state.burst.episodes[0][0]: expected 2 items",
+            "state.burst.episodes[0][0]: expected 3 items",
         ),
     ],
 )

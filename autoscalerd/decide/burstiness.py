@@ -32,22 +32,24 @@ The sizing asks that a clump's prefill fit in its window plus the wait budget (a
 bound: the last request of a window waits for the work that arrived in it), so it
 catches clumps longer than one tick too.
 
-A clump is held only while it recurs. The histograms weigh what the last hour's requests
+A surge is held only while it recurs. The histograms weigh what the last hour's requests
 met, which is the share of future requests that will meet it only if it happens again: a
-one-off event (a six-minute flash crowd on WorldCup98, 16 % of a six-hour window's
-requests) read as a share of the hour held its replicas for four hours after it, through
-traffic a tenth of its size. So each window also records, for counts in groups a factor
-of two wide, the first and the last sighting of a count at least that large, one episode
-as long as each sighting comes within the histograms' memory of the one before; its
-histogram bins count only while the episode is held: `hold_min_s` (the lead time:
-capacity released sooner cannot be back for the next clump) or twice the episode's span
-(at most an hour's) after its last sighting, whichever is longer. What has recurred over
-a span is expected to recur for about as long again (the median remaining life of what
-has lasted a time is that time); twice covers a next occurrence up to one span plus
-jitter away. A batch job's clumps every few minutes are held through the lulls from
-their second occurrence on; a one-off crowd is let go two of its own lengths after it
-ends. A state file written before the record existed holds its histograms as one
-hour-long episode.
+one-off crowd (six minutes at up to 12x the level on WorldCup98, 16 % of a six-hour
+window's requests) read as a share of the hour held its replicas for four hours after
+it, through traffic a tenth of its size. So each window also records, for counts in
+groups a factor of two wide, the first and the last sighting of a count at least that
+large (one episode as long as each sighting comes within the histograms' memory of the
+one before) and the start of its last run (sightings within a lead time of each other).
+A run shorter than the lead time is a clump no replica started when it came could have
+served: it counts as before, for as long as the histograms remember it, however rarely
+it came. A longer run is a surge that the forecast and the backlog follow as it comes;
+once it is over, its bins count for twice the episode's span (at most an hour's) after
+its last sighting, at least a lead time. What has recurred over a span is expected to
+recur for about as long again (the median remaining life of what has lasted a time is
+that time); twice covers a next occurrence up to one span plus jitter away. So a one-off
+crowd is let go two of its own lengths after it ends, and a daily tide's surges are not
+held between them. A state file written before the record existed holds its histograms
+as one hour-long episode.
 
 The same per-window histograms, divided by their windows, give the local arrival rate as
 each request arrived (`rate_mix`): the distribution the sizing averages its queueing
@@ -108,7 +110,7 @@ class BurstState:
     clump_weights: tuple[Sums | None, ...] = ()
     # Per clump window: per episode group up to the largest count seen, (first, last)
     # sighting of a count at least the group's lower edge in the episode now recorded.
-    episodes: tuple[tuple[tuple[float, float], ...], ...] = ()
+    episodes: tuple[tuple[tuple[float, float, float], ...], ...] = ()
 
 
 def observe(
@@ -117,8 +119,10 @@ def observe(
     tick_s: float,
     now_s: float,
     level_memory_s: float,
+    lead_s: float,
 ) -> BurstState:
-    """Fold one tick's arrival count in; the level adapts over `level_memory_s`."""
+    """Fold one tick's arrival count in; the level adapts over `level_memory_s`; clumps
+    seen within `lead_s` of each other are one run (`_seen`)."""
     rate_per_s = arrivals / tick_s if tick_s > 0 else 0.0
     level = state.level_per_s
     if level is None:
@@ -154,8 +158,8 @@ def observe(
             sums = clump_weights[index]
             if sums is not None and not episodes[index]:
                 # A histogram from before the record: one episode over the last hour.
-                episodes[index] = ((now_s - MEMORY_S, now_s),) * EPISODE_GROUPS
-            episodes[index] = _seen(episodes[index], _episode_group(count), now_s)
+                episodes[index] = ((now_s - MEMORY_S, now_s, now_s - MEMORY_S),) * EPISODE_GROUPS
+            episodes[index] = _seen(episodes[index], _episode_group(count), now_s, lead_s)
             sums = sums or Sums((0.0,) * COUNT_BINS)
             clump_weights[index] = sums.add(now_s, MEMORY_S, *deltas)
     return BurstState(
@@ -167,38 +171,53 @@ def observe(
     )
 
 
+Episode = tuple[float, float, float]  # (first, last, start of the last run) sightings, s
+
+
 def _seen(
-    record: tuple[tuple[float, float], ...], group: int, now_s: float
-) -> tuple[tuple[float, float], ...]:
+    record: tuple[Episode, ...], group: int, now_s: float, lead_s: float
+) -> tuple[Episode, ...]:
     """`record` after a count in episode group `group` at `now_s`: every group up to it
     was seen (a count is at least as large as each smaller group's edge). A group last
     seen longer ago than the histograms remember starts a new episode; one seen within it
-    recurs, and its episode spans both sightings."""
-    groups = list(record) + [(now_s, now_s)] * (group + 1 - len(record))
+    recurs, and its episode spans both sightings. Sightings within `lead_s` of each other
+    are one run: a surge that capacity could not have left and come back for."""
+    groups = list(record) + [(now_s, now_s, now_s)] * (group + 1 - len(record))
     for g in range(group + 1):
-        first_s, last_s = groups[g]
-        groups[g] = (first_s if now_s - last_s <= MEMORY_S else now_s, now_s)
+        first_s, last_s, run_s = groups[g]
+        gap_s = now_s - last_s
+        groups[g] = (
+            first_s if gap_s <= MEMORY_S else now_s,
+            now_s,
+            run_s if gap_s <= lead_s else now_s,
+        )
     return tuple(groups)
 
 
-def _live(first_s: float, last_s: float, now_s: float, hold_min_s: float) -> bool:
-    """Whether an episode seen from `first_s` to `last_s` is held at `now_s`: twice its
-    span (at most the histograms' memory) or `hold_min_s`, whichever is longer."""
+def _live(episode: Episode, now_s: float, lead_s: float) -> bool:
+    """Whether a group's bins count at `now_s`. A last run shorter than `lead_s` is a
+    clump no replica started when it came could serve: held while the histograms
+    remember it. A longer one, a surge the forecast and the backlog follow as it comes:
+    held twice the episode's span (at most the histograms' memory), at least `lead_s`,
+    after its last sighting."""
+    first_s, last_s, run_s = episode
+    if last_s - run_s < lead_s:
+        return True
     span_s = min(MEMORY_S, last_s - first_s)
-    return now_s - last_s <= max(hold_min_s, _HOLD_SPANS * span_s)
+    return now_s - last_s <= max(lead_s, _HOLD_SPANS * span_s)
 
 
 def _live_weights(
     weights: tuple[float, ...],
-    record: tuple[tuple[float, float], ...] | None,
+    record: tuple[Episode, ...] | None,
     now_s: float,
-    hold_min_s: float,
+    lead_s: float,
 ) -> tuple[float, ...]:
     """The histogram's weights with the bins of lapsed episodes at zero; as they are
     without a record (a state from before it)."""
     if not record:
         return weights
-    live = [_live(first_s, last_s, now_s, hold_min_s) for first_s, last_s in record]
+    live = [_live(episode, now_s, lead_s) for episode in record]
     return tuple(
         weight if weight > 0 and (group := _BIN_GROUP[index]) < len(live) and live[group] else 0.0
         for index, weight in enumerate(weights)
@@ -231,7 +250,7 @@ def peak_to_mean(
 
 
 def clumps(
-    state: BurstState, share: float, tick_s: float, now_s: float, hold_min_s: float
+    state: BurstState, share: float, tick_s: float, now_s: float, lead_s: float
 ) -> tuple[tuple[float, float], ...]:
     """(window_s, requests): per clump window that has seen MIN_REQUESTS in live
     episodes, the requests in a window that all but `share` of those requests arrive in
@@ -240,9 +259,7 @@ def clumps(
     for index, (ticks, sums) in enumerate(zip(CLUMP_TICKS, state.clump_weights, strict=False)):
         if sums is None:
             continue
-        weights = _live_weights(
-            sums.decayed(now_s, MEMORY_S), _record(state, index), now_s, hold_min_s
-        )
+        weights = _live_weights(sums.decayed(now_s, MEMORY_S), _record(state, index), now_s, lead_s)
         total = sum(weights)
         if total < MIN_REQUESTS:
             continue
@@ -251,7 +268,7 @@ def clumps(
 
 
 def rate_mix(
-    state: BurstState, tick_s: float, now_s: float, hold_min_s: float
+    state: BurstState, tick_s: float, now_s: float, lead_s: float
 ) -> tuple[tuple[float, float], ...]:
     """((rate per s, share of requests), ...), highest rate first: the arrival rate over
     the clump window nearest MIXTURE_WINDOW_S as each request arrived, over the last hour
@@ -265,7 +282,7 @@ def rate_mix(
     sums = state.clump_weights[index] if index < len(state.clump_weights) else None
     if sums is None:
         return ()
-    weights = _live_weights(sums.decayed(now_s, MEMORY_S), _record(state, index), now_s, hold_min_s)
+    weights = _live_weights(sums.decayed(now_s, MEMORY_S), _record(state, index), now_s, lead_s)
     total = sum(weights)
     if total < MIN_REQUESTS:
         return ()
@@ -284,7 +301,7 @@ def rate_mix(
     )
 
 
-def _record(state: BurstState, index: int) -> tuple[tuple[float, float], ...] | None:
+def _record(state: BurstState, index: int) -> tuple[Episode, ...] | None:
     return state.episodes[index] if index < len(state.episodes) else None
 
 

@@ -100,6 +100,7 @@ def decide(
             tick_s,
             now_s,
             cfg.forecast.bucket_s,
+            forecasting.lead_time_s(cfg),
         )
 
     # 2. The replica model, learned online; derated under KV-cache pressure or GPU trouble.
