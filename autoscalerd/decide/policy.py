@@ -93,6 +93,7 @@ def decide(
     # 1. Rates, and the burstiness of arrivals at the tick scale.
     r = rates.observe(obs, state, cfg, now_s)
     burst_state = state.burst
+    lead_s = forecasting.lead_time_s(cfg)
     if r.arrival_rate_per_s is not None:
         burst_state = burstiness.observe(
             burst_state,
@@ -100,7 +101,7 @@ def decide(
             tick_s,
             now_s,
             cfg.forecast.bucket_s,
-            forecasting.lead_time_s(cfg),
+            lead_s,
         )
 
     # 2. The replica model, learned online; derated under KV-cache pressure or GPU trouble.
@@ -177,7 +178,7 @@ def decide(
     # its late share over it (sizing._mixture_late). Not carried to the forecast's level:
     # the clumps of on-off traffic do not shrink in a lull, and a rising tide is the
     # steady formulas' at the forecast's rate.
-    rate_mix = burstiness.rate_mix(burst_state, tick_s, now_s, forecasting.lead_time_s(cfg))
+    rate_mix = burstiness.rate_mix(burst_state, tick_s, now_s, lead_s)
 
     if settled and running and r.rate_obs_per_s is not None and cfg.capacity.sizing == "model":
         now_inputs = sizing.SizingInputs(
@@ -189,9 +190,7 @@ def decide(
             capacity_factor,
             level_per_s=burst_state.level_per_s,
             ttft_s=slo.ttft_s,
-            clumps=burstiness.clumps(
-                burst_state, share, tick_s, now_s, forecasting.lead_time_s(cfg)
-            ),
+            clumps=burstiness.clumps(burst_state, share, tick_s, now_s, lead_s),
             rate_mix=rate_mix,
         )
         late, _, _, burst_fits = sizing.predicted_tail(model, now_inputs, int(running))
@@ -222,7 +221,7 @@ def decide(
     peak_to_mean = burstiness.peak_to_mean(
         burst_state, tail_share, rate_target or 0.0, tick_s, now_s
     )
-    clumps = burstiness.clumps(burst_state, tail_share, tick_s, now_s, forecasting.lead_time_s(cfg))
+    clumps = burstiness.clumps(burst_state, tail_share, tick_s, now_s, lead_s)
     # The backlog the replicas asked for now must drain: the queue as it will be when they
     # can serve, a lead time from now, while arrivals outrun what runs.
     backlog_replicas = 0
@@ -230,7 +229,7 @@ def decide(
     if r.queued:
         served_per_s = running * model.service_rate_per_s() * capacity_factor if running else None
         backlog = capacity.backlog_at_landing_requests(
-            r.queued, r.rate_short_per_s, served_per_s, forecasting.lead_time_s(cfg)
+            r.queued, r.rate_short_per_s, served_per_s, lead_s
         )
         backlog_replicas = capacity.replicas_for_backlog(
             backlog, model.service_rate_per_s() * capacity_factor, cfg.capacity.drain_s
