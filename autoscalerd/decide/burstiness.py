@@ -98,6 +98,11 @@ EPISODE_GROUPS = 21
 _HOLD_SPANS = 2.0
 
 
+# One count group's record, seconds: (first sighting of its episode, last sighting, start
+# of its last run).
+Episode = tuple[float, float, float]
+
+
 @dataclass(frozen=True, slots=True)
 class BurstState:
     level_per_s: float | None = None
@@ -108,9 +113,9 @@ class BurstState:
     # Per clump window (CLUMP_TICKS): requests per count bin of the window they ended,
     # forgotten over MEMORY_S; None until the window has a request.
     clump_weights: tuple[Sums | None, ...] = ()
-    # Per clump window: per episode group up to the largest count seen, (first, last)
-    # sighting of a count at least the group's lower edge in the episode now recorded.
-    episodes: tuple[tuple[tuple[float, float, float], ...], ...] = ()
+    # Per clump window: per episode group up to the largest count seen, the Episode of
+    # sightings of a count at least the group's lower edge.
+    episodes: tuple[tuple[Episode, ...], ...] = ()
 
 
 def observe(
@@ -169,9 +174,6 @@ def observe(
         clump_weights=tuple(clump_weights),
         episodes=tuple(episodes),
     )
-
-
-Episode = tuple[float, float, float]  # (first, last, start of the last run) sightings, s
 
 
 def _seen(
