@@ -147,6 +147,7 @@ class Reason(str, enum.Enum):
     CAPACITY = "capacity"  # the replica model's sizing drove the raw count
     CONCURRENCY = "concurrency"  # Ray Serve's ongoing/target rule drove the raw count
     BURST = "burst"  # the measured burstiness at the SLO's time scale set the count
+    SURGE_RELEASED = "surge_released"  # a surge that stopped recurring no longer counts
     HEADROOM_TIGHTENED = "headroom_tightened"  # more bad requests seen than the model said
     HEADROOM_RELAXED = "headroom_relaxed"  # fewer bad requests seen than the model said
     RAY_COMPATIBLE = "ray_compatible"  # decided by Ray Serve's default policy, exactly

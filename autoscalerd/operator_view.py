@@ -21,6 +21,8 @@ REASON_TEXT: dict[str, str] = {
     "burst": "The measured burstiness set the count: one tick's requests at {peak_to_mean}x "
     "the mean, and each clump of several ticks ({clumps}), must be served within their "
     "window plus the wait budget of {wait_budget}.",
+    "surge_released": "A surge of the last hour has not recurred for twice its span: its "
+    "clumps no longer count, and the sizing reads the traffic since ({clumps}).",
     "headroom_tightened": "More requests missed the SLO than the model predicted "
     "(calibration {calibration}), so the sizing aims at a smaller tail share ({tail_share}).",
     "headroom_relaxed": "Fewer requests missed the SLO than the model predicted "

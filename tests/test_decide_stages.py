@@ -218,6 +218,8 @@ def test_a_one_off_crowd_is_let_go_and_a_recurring_one_held() -> None:
     found = dict(burstiness.clumps(once, 0.01, 1.0, 3900.0, 180.0))
     assert 1363 <= found[64.0] <= 1.25 * 1363
     assert max(rate for rate, _ in burstiness.rate_mix(once, 1.0, 3900.0, 180.0)) < 30.0
+    # The decision says so (`surge_released`): the crowd's 16 % of the hour is let go.
+    assert burstiness.released(once, 0.01, 3900.0, 180.0)
     # A state saved before the episodes were recorded holds its histograms as before,
     # and from its next tick as one episode over the last hour.
     old = dataclasses.replace(once, episodes=())
@@ -226,8 +228,10 @@ def test_a_one_off_crowd_is_let_go_and_a_recurring_one_held() -> None:
     assert dict(burstiness.clumps(old, 0.01, 1.0, 3901.0, 180.0))[64.0] > 10_000
     recurring = _crowds(burstiness.BurstState(), range(1, 3001), lambda t: t % 600 < 60 and t > 600)
     assert dict(burstiness.clumps(recurring, 0.01, 1.0, 3000.0, 180.0))[64.0] > 10_000
+    assert not burstiness.released(recurring, 0.01, 3000.0, 180.0)
     short = _crowds(burstiness.BurstState(), range(1, 3901), lambda t: 1800 < t <= 1860)
     assert dict(burstiness.clumps(short, 0.01, 1.0, 3900.0, 180.0))[64.0] > 10_000
+    assert not burstiness.released(short, 0.01, 3900.0, 180.0)
 
 
 def test_the_rate_mix_reads_each_requests_local_rate_over_eight_seconds() -> None:
@@ -470,6 +474,70 @@ def test_calibration_moves_on_what_both_windows_agree_on() -> None:
     )
     assert slow > 2.0 and fast < 1.5
     assert verdicts[-1].calibration == pytest.approx(fast) and not verdicts[-1].mismatch
+
+
+def test_a_fast_window_that_tests_nothing_leaves_the_slow_calibration_standing() -> None:
+    # The model pessimistic for 1000 ticks (4 % predicted, 0.5 % seen), then 2400 ticks at
+    # an ample count: nothing predicted, nothing seen. The fast window has forgotten the
+    # evidence (e^(−2400/300) of it: 0.05 misses seen and 0.39 predicted, under its 3
+    # pseudo-events), so it has no say, and the slow window's relaxation stands rather than
+    # the pseudo-events' 1.
+    state = slo_guard.GuardState()
+    for tick in range(1, 3401):
+        bad, predicted = (0.5, 0.04) if tick <= 1000 else (0.0, 0.0)
+        counts = slo_guard.waits_over_budget(waits_over(bad), 0.5)
+        state, verdict = slo_guard.update(state, counts, predicted, 0.01, 300.0, 3600.0, tick)
+
+    def remembered(window_s: float) -> float:
+        return math.exp(-2400.0 / window_s) * sum(math.exp(-k / window_s) for k in range(1000))
+
+    fast_seen, fast_predicted = 0.5 * remembered(300.0), 0.04 * 100.0 * remembered(300.0)
+    assert fast_seen + fast_predicted < 3.0
+    # The misses came one a tick (0.5 each, a clump size under 1 reads 1).
+    slow_sum = remembered(3600.0)
+    slow = (0.5 * slow_sum + math.sqrt(0.5 * slow_sum) + 3.0) / (4.0 * slow_sum + 3.0)
+    assert verdict.calibration == pytest.approx(slow, rel=1e-6)
+    assert slow < 0.25  # the sizing still aims at ε / 0.25 or more, not at ε
+    # What the fast window alone reads is its pseudo-events' ratio, near 1: as the nearer 1
+    # of two leaning the same way it would have sized for the full tail again.
+    fast = _ratio_of(
+        state.calibrating_fast.decayed(3400.0, 300.0), state.clumped_fast.decayed(3400.0, 300.0)
+    )
+    assert fast == pytest.approx((fast_seen + math.sqrt(fast_seen) + 3.0) / (fast_predicted + 3.0))
+    assert fast > 0.95
+    # A relaxation the slow window's own evidence does not carry is not kept: 100 ticks at
+    # 0.02 misses predicted and none seen, then 600 quiet ones, leave the slow window
+    # under its pseudo-events too (0.02·Σ e^(−k/3600) ≈ 1.67), so both windows are drawn
+    # to 1 and the nearer 1 is used, as before.
+    thin = slo_guard.GuardState()
+    for tick in range(1, 701):
+        counts = slo_guard.waits_over_budget(waits_over(0.0), 0.5)
+        share = 0.0002 if tick <= 100 else 0.0
+        thin, verdict = slo_guard.update(thin, counts, share, 0.01, 300.0, 3600.0, tick)
+    # Nothing seen: a window's ratio is 3 / (predicted + 3).
+    thin_slow = 3.0 / (thin.calibrating.decayed(700.0, 3600.0)[1] + 3.0)
+    thin_fast = 3.0 / (thin.calibrating_fast.decayed(700.0, 300.0)[1] + 3.0)
+    assert thin_slow < 0.7 < thin_fast < 1.0
+    assert verdict.calibration == pytest.approx(thin_fast)
+
+
+def test_a_tightening_ends_when_its_misses_leave_the_fast_window() -> None:
+    # The model optimistic: one miss a tick where it predicts none, for 300 ticks; then
+    # 2400 quiet ticks. The slow window still reads well over 1; the fast window, with
+    # nothing seen or predicted, reads its pseudo-events' value near 1, and as both lean
+    # the same way the nearer 1 is used: the tightening ends, as a clump's misses leave.
+    state = slo_guard.GuardState()
+    for tick in range(1, 2701):
+        counts = slo_guard.waits_over_budget(waits_over(1.0 if tick <= 300 else 0.0), 0.5)
+        state, verdict = slo_guard.update(state, counts, 0.0, 0.01, 300.0, 3600.0, tick)
+    slow = _ratio_of(
+        state.calibrating.decayed(2700.0, 3600.0), state.clumped.decayed(2700.0, 3600.0)
+    )
+    fast = _ratio_of(
+        state.calibrating_fast.decayed(2700.0, 300.0), state.clumped_fast.decayed(2700.0, 300.0)
+    )
+    assert slow > 10.0 and 1.0 < fast < 1.15
+    assert verdict.calibration == pytest.approx(fast)
 
 
 def _ratio_of(window: tuple[float, ...], squares: tuple[float, ...]) -> float:

@@ -60,7 +60,7 @@ averages the clumps away; benchmarks/rate_mixture.py measures 2, 8 and 32 s).
 
 Pure: `observe(state, ...) -> state`, `peak_to_mean(state, ...) -> float`,
 `clumps(state, ...) -> ((window_s, requests), ...)`, `rate_mix(state, ...) ->
-((rate_per_s, share), ...)`.
+((rate_per_s, share), ...)`, `released(state, ...) -> bool`.
 """
 
 from __future__ import annotations
@@ -269,6 +269,23 @@ def clumps(
     return tuple(found)
 
 
+def released(state: BurstState, share: float, now_s: float, lead_s: float) -> bool:
+    """Whether a surge let go (`_live`) holds more than `share` of some clump window's
+    remembered requests: the clumps read at that share are smaller than the histograms
+    alone would say, because the surge is over (the decision's `surge_released`)."""
+    for index, sums in enumerate(state.clump_weights):
+        record = _record(state, index)
+        if sums is None or not record:
+            continue
+        weights = sums.decayed(now_s, MEMORY_S)
+        total = sum(weights)
+        if total >= MIN_REQUESTS:
+            lapsed = total - sum(_live_weights(weights, record, now_s, lead_s))
+            if lapsed > share * total:
+                return True
+    return False
+
+
 def rate_mix(
     state: BurstState, tick_s: float, now_s: float, lead_s: float
 ) -> tuple[tuple[float, float], ...]:
@@ -407,5 +424,10 @@ def _normal_quantile(p: float) -> float:
     return NormalDist().inv_cdf(min(1.0 - 1e-15, max(1e-15, p)))
 
 
-# The episode group of each count bin (of its middle).
-_BIN_GROUP = tuple(_episode_group(_count_middle(index)) for index in range(COUNT_BINS))
+# The episode group of each count bin: of its lower edge, the largest group every count
+# in the bin is a sighting of (a count marks each group up to its own). Of its middle, a
+# bin straddling a group's edge was read as the upper group, which counts under the edge
+# never mark, and the largest clumps of a window were dropped as never seen.
+_BIN_GROUP = tuple(
+    _episode_group(_count_upper(index - 1) if index > 0 else 1.0) for index in range(COUNT_BINS)
+)

@@ -290,6 +290,8 @@ def decide(
         )
     if sized_up is not None:
         reasons.append(Reason.BURST if sized_up.binding == "burst" else Reason.CAPACITY)
+        if burstiness.released(burst_state, tail_share, now_s, lead_s):
+            reasons.append(Reason.SURGE_RELEASED)
 
     # A model that reality says is too optimistic by more than the calibration's bound is
     # not trusted to scale down.
