@@ -219,11 +219,11 @@ def _live_weights(
     without a record (a state from before it)."""
     if not record:
         return weights
-    live = [_live(episode, now_s, lead_s) for episode in record]
-    return tuple(
-        weight if weight > 0 and (group := _BIN_GROUP[index]) < len(live) and live[group] else 0.0
-        for index, weight in enumerate(weights)
-    )
+    kept = [0.0] * len(weights)
+    for group, start, stop in _GROUP_BINS:
+        if group < len(record) and _live(record[group], now_s, lead_s):
+            kept[start:stop] = weights[start:stop]
+    return tuple(kept)
 
 
 def _episode_group(count: float) -> int:
@@ -430,4 +430,9 @@ def _normal_quantile(p: float) -> float:
 # never mark, and the largest clumps of a window were dropped as never seen.
 _BIN_GROUP = tuple(
     _episode_group(_count_upper(index - 1) if index > 0 else 1.0) for index in range(COUNT_BINS)
+)
+# (group, first bin, bin after the last) of each group that has bins: they run in order.
+_GROUP_BINS = tuple(
+    (group, _BIN_GROUP.index(group), COUNT_BINS - _BIN_GROUP[::-1].index(group))
+    for group in sorted(set(_BIN_GROUP))
 )
