@@ -153,7 +153,7 @@ class Reason(str, enum.Enum):
     RAY_COMPATIBLE = "ray_compatible"  # decided by Ray Serve's default policy, exactly
     MODEL_MISMATCH = "model_mismatch"  # observed and predicted waits disagree beyond bounds
     BACKLOG = "backlog"  # queued requests added replicas
-    FORECAST_LEADS = "forecast_leads"  # the forecast, not the observed rate, set λ_target
+    FORECAST_LEADS = "forecast_leads"  # the forecast set λ_target, ≥ 1 request/lead time over it
     SLO_BREACH = "slo_breach"  # a latency or queue SLO was exceeded
     UPSCALE_DELAYED = "upscale_delayed"  # wants more, waiting out upscale_delay_s
     DOWNSCALE_DELAYED = "downscale_delayed"  # wants fewer, waiting out downscale_delay_s

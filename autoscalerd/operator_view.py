@@ -35,7 +35,7 @@ REASON_TEXT: dict[str, str] = {
     "(arrivals outrunning what runs over the lead time), added replicas to drain them "
     "within capacity.drain_s ({drain_s}).",
     "forecast_leads": "The forecast's upper bound ({upper_rate}), not the short-window rate "
-    "({short_rate}), set the target rate.",
+    "({short_rate}), set the target rate (by at least one request over the lead time).",
     "slo_breach": "The wait SLO is broken ({breached}; fast burn {burn_fast}): replicas "
     "are added at once, or a scale-down is blocked.",
     "upscale_delayed": "More replicas are wanted, but not yet for the whole upscale_delay_s "

@@ -429,3 +429,18 @@ def test_slo_guard_adds_one_step_per_landing_not_one_per_tick() -> None:
     # Once the step has landed and the wait is still over, one more.
     decision, _ = decide(over(31, 5), state, cfg, 31)
     assert decision.target_replicas == 6
+
+
+def test_forecast_leads_only_by_at_least_one_request_over_the_lead_time() -> None:
+    # Lead time 65 s (cold start 60 + actuation 5). After 30 s at the level and 10 idle
+    # seconds, the upper bound is about 3/4 of the level over a short rate of 0.
+    cfg = make_cfg(forecast=True)
+    for level_per_s, leads in ((4.0, True), (0.004, False)):
+        state = initial_state(cfg, 0.0, 1)
+        for tick in range(1, 41):
+            rate = level_per_s if tick <= 30 else 0.0
+            decision, state = decide(observe(float(tick), rate), state, cfg, float(tick))
+        upper = decision.arrival_rate_upper_per_s
+        assert upper is not None and upper > (decision.arrival_rate_short_per_s or 0.0)
+        # 3/s over 65 s is about 195 requests; 0.003/s about 0.2 of one.
+        assert (Reason.FORECAST_LEADS in decision.reasons) is leads

@@ -205,7 +205,7 @@ def test_explain_walks_a_recorded_decision_stage_by_stage(status: dict[str, Any]
     reasons = text.split("\nreasons\n")[1].splitlines()
     assert reasons == [
         "  forecast_leads  The forecast's upper bound (7.54/s), not the short-window rate "
-        "(0.00/s), set the target rate.",
+        "(0.00/s), set the target rate (by at least one request over the lead time).",
         "  burst           The measured burstiness set the count: one tick's requests at "
         "18.19x the mean, and each clump of several ticks (none measured yet), must be served "
         "within their window plus the wait budget of 1.000 s.",

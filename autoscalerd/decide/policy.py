@@ -73,6 +73,10 @@ def refit_forecaster(
 # The calibration is reported in a decision's reasons beyond this factor either way.
 _CALIBRATION_REPORTED = 1.5
 
+# The forecast is reported as leading the short-window rate when its upper bound asks
+# for at least this many more requests over the lead time.
+_LEADS_BY_REQUESTS = 1.0
+
 # Without any latency SLO configured, requests may wait this long: the common TTFT SLO of
 # interactive LLM serving.
 DEFAULT_WAIT_BUDGET_S = 1.0
@@ -135,7 +139,7 @@ def decide(
     upper_per_s = prediction.upper_per_s if prediction is not None else None
     rate_target = _max_known(upper_per_s, r.rate_short_per_s)
     rate_sustained = _max_known(upper_per_s, r.rate_down_per_s)
-    if upper_per_s is not None and upper_per_s > (r.rate_short_per_s or 0.0):
+    if _forecast_leads(upper_per_s, r.rate_short_per_s, max(lead_s, tick_s)):
         reasons.append(Reason.FORECAST_LEADS)
 
     # 5 (before 4: its headroom is an input of the sizing). The SLO guard on the wait.
@@ -464,6 +468,15 @@ def _gpu_extra(obs: Observation, state: DeploymentState, now_s: float, max_age_s
     if lost is None:
         return state.gpu_extra_replicas  # stale: never less on data not seen
     return capacity.ceil_replicas(lost)
+
+
+def _forecast_leads(upper_per_s: float | None, short_per_s: float | None, lead_s: float) -> bool:
+    """Whether the forecast's upper bound, not the short-window rate, set the target rate
+    by a margin that matters: at least one more request over the lead time. A bound a
+    hair above an idle short window (0.001/s over 0/s) sizes nothing the window would not."""
+    if upper_per_s is None:
+        return False
+    return (upper_per_s - (short_per_s or 0.0)) * lead_s >= _LEADS_BY_REQUESTS
 
 
 def _max_known(*values: _Number | None) -> _Number | None:
