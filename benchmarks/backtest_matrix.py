@@ -29,7 +29,14 @@ from autoscalerd.sim.backtest import (
     run_backtest,
 )
 from autoscalerd.sim.cluster import REPLICA_PRESETS
-from autoscalerd.sim.traces import EmpiricalTokens, LognormalTokens, TraceWindow, open_trace
+from autoscalerd.sim.traces import (
+    EmpiricalTokens,
+    LognormalTokens,
+    TokenSampler,
+    Trace,
+    TraceWindow,
+    open_trace,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 # The replica presets the decisions were developed on; the others are held out.
@@ -88,6 +95,17 @@ def held_out_slices(directory: Path, duration_s: float) -> list[tuple[str, Path,
     return found
 
 
+def open_cell(path: Path, window: TraceWindow, tokens: str, directory: Path) -> Trace:
+    """A cell's trace, its token lengths as `traces` names them: the trace's own, drawn
+    from the 2023 file ("2023"), or the lognormal 2,048 / 28 ("lognormal")."""
+    sampler: TokenSampler | None = None
+    if tokens == "2023":
+        sampler = EmpiricalTokens.from_trace(open_trace(directory / "azure_llm_2023_code.csv"))
+    elif tokens == "lognormal":
+        sampler = LognormalTokens(2048, 1.0, 28, 2.0)
+    return open_trace(str(path), None, window, sampler)
+
+
 def run_one(
     name: str, path: Path, window: TraceWindow, tokens: str, cfg: DeploymentConfig,
     settings: BacktestSettings, directory: Path, reference: BacktestResult | None = None,
@@ -95,12 +113,7 @@ def run_one(
     """One trace under one setting. With `reference` (the same trace, replica and cold
     start, other priors), the peers and frontiers are taken from it: they do not depend
     on autoscalerd's priors, and each costs a simulation."""
-    sampler = None
-    if tokens == "2023":
-        sampler = EmpiricalTokens.from_trace(open_trace(directory / "azure_llm_2023_code.csv"))
-    elif tokens == "lognormal":
-        sampler = LognormalTokens(2048, 1.0, 28, 2.0)
-    trace = open_trace(str(path), None, window, sampler)
+    trace = open_cell(path, window, tokens, directory)
     if reference is None:
         result = run_backtest(trace, PEERS, cfg, settings)
         ours = result.row("autoscalerd")

@@ -26,17 +26,19 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
-from backtest_matrix import ROOT, traces  # benchmarks/, on the path as the script's folder
+from backtest_matrix import (
+    ROOT,
+    open_cell,
+    traces,
+)  # benchmarks/, on the path as the script's folder
 
 from autoscalerd.config import load_config
 from autoscalerd.sim.backtest import BacktestSettings, simulate_policy
 from autoscalerd.sim.cluster import REPLICA_PRESETS
 from autoscalerd.sim.policies import OraclePolicy
 from autoscalerd.sim.reference import OraclePlan, oracle_plan, profile, replicas_needed
-from autoscalerd.sim.traces import EmpiricalTokens, LognormalTokens, TokenSampler, open_trace
 
 UTILIZATIONS = (0.5, 0.7, 0.9)
 HOLDS_S = (0.0, 60.0, 300.0, 900.0, 1800.0, 3600.0)
@@ -58,12 +60,7 @@ def main() -> int:
         )
         return 2
     path, window, tokens = cells[args.trace]
-    sampler: TokenSampler | None = None
-    if tokens == "2023":
-        sampler = EmpiricalTokens.from_trace(open_trace(directory / "azure_llm_2023_code.csv"))
-    elif tokens == "lognormal":
-        sampler = LognormalTokens(2048, 1.0, 28, 2.0)
-    trace = open_trace(str(Path(path)), None, window, sampler)
+    trace = open_cell(path, window, tokens, directory)
     config = load_config(ROOT / "config" / "backtest.yaml")
     cfg = config.deployments[0] if config.deployments else config.deployment("llm/backtest")
     low, high = cfg.autoscaling.min_replicas, cfg.autoscaling.max_replicas
