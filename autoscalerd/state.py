@@ -238,11 +238,10 @@ def _check_sums(state: DeploymentState, where: str) -> None:
     if len(burst.clump_weights) > len(burstiness.CLUMP_TICKS):
         raise StateError(f"{where}.state.burst.clump_weights: more windows than measured")
     if len(burst.episodes) > len(burstiness.CLUMP_TICKS) or any(
-        len(record) > burstiness.EPISODE_GROUPS
-        or any(not first <= run <= last for first, last, run in record)
+        len(record) > burstiness.EPISODE_GROUPS or not all(map(_episode, record))
         for record in burst.episodes
     ):
-        raise StateError(f"{where}.state.burst.episodes: not (first, last, run) sightings")
+        raise StateError(f"{where}.state.burst.episodes: not (first, last, run, gap) sightings")
     if len(burst.recent) > burstiness.CLUMP_TICKS[-1] or any(
         not 0 <= v < math.inf for v in burst.recent
     ):
@@ -252,6 +251,15 @@ def _check_sums(state: DeploymentState, where: str) -> None:
     bounds = model.prompt_bounds
     if bounds is not None and (list(bounds) != sorted(bounds) or any(b <= 0 for b in bounds)):
         raise StateError(f"{where}.state.replica_model.prompt_bounds: not increasing")
+
+
+def _episode(episode: tuple[float, ...]) -> bool:
+    """(first, last, run start) sightings in order, then the longest gap between runs (not
+    negative; absent from a state saved before it was kept)."""
+    if len(episode) not in (3, 4):
+        return False
+    first_s, last_s, run_s = episode[:3]
+    return first_s <= run_s <= last_s and (len(episode) == 3 or episode[3] >= 0)
 
 
 def _check_ranges(saved: SavedDeployment, where: str) -> None:

@@ -172,27 +172,70 @@ def test_clumps_are_counted_per_window_and_outlast_a_lull() -> None:
 def test_a_surge_is_held_twice_its_episodes_span_and_a_clump_as_long_as_remembered() -> None:
     # A run of 300 s (longer than a lead time) in an episode from 0 to 300 s: held until
     # 900 s. A run shorter than a lead time is a clump: held whenever it was seen.
-    assert burstiness._live((0.0, 300.0, 0.0), 900.0, LEAD_S)
-    assert not burstiness._live((0.0, 300.0, 0.0), 901.0, LEAD_S)
-    assert burstiness._live((100.0, 100.0, 100.0), 5000.0, LEAD_S)
-    assert burstiness._live((0.0, 300.0, 300.0 - LEAD_S + 1.0), 5000.0, LEAD_S)
+    assert burstiness._live((0.0, 300.0, 0.0, 0.0), 900.0, LEAD_S)
+    assert not burstiness._live((0.0, 300.0, 0.0, 0.0), 901.0, LEAD_S)
+    assert burstiness._live((100.0, 100.0, 100.0, 0.0), 5000.0, LEAD_S)
+    assert burstiness._live((0.0, 300.0, 300.0 - LEAD_S + 1.0, 0.0), 5000.0, LEAD_S)
     # A surge of one lead time is held two after it; the span counts up to the
     # histograms' memory.
-    assert burstiness._live((100.0, 100.0 + LEAD_S, 100.0), 100.0 + 3 * LEAD_S, LEAD_S)
-    assert not burstiness._live((100.0, 100.0 + LEAD_S, 100.0), 101.0 + 3 * LEAD_S, LEAD_S)
-    assert burstiness._live((0.0, 7200.0, 7000.0), 7200.0 + 7200.0, LEAD_S)
-    assert not burstiness._live((0.0, 7200.0, 7000.0), 7201.0 + 7200.0, LEAD_S)
+    assert burstiness._live((100.0, 100.0 + LEAD_S, 100.0, 0.0), 100.0 + 3 * LEAD_S, LEAD_S)
+    assert not burstiness._live((100.0, 100.0 + LEAD_S, 100.0, 0.0), 101.0 + 3 * LEAD_S, LEAD_S)
+    assert burstiness._live((0.0, 7200.0, 7000.0, 0.0), 7200.0 + 7200.0, LEAD_S)
+    assert not burstiness._live((0.0, 7200.0, 7000.0, 0.0), 7201.0 + 7200.0, LEAD_S)
+    # A record saved before gaps were kept reads as one without a second run.
+    assert not burstiness._live((0.0, 300.0, 0.0), 901.0, LEAD_S)
     # A count of 40 is a sighting of every group up to 32-63. A group seen again within a
     # lead time continues its run, within the hour its episode, after it starts anew.
     record = burstiness._seen((), burstiness._episode_group(40.0), 10.0, LEAD_S)
-    assert record == ((10.0, 10.0, 10.0),) * 7
+    assert record == ((10.0, 10.0, 10.0, 0.0),) * 7
     record = burstiness._seen(record, burstiness._episode_group(3.0), 30.0, LEAD_S)
-    assert record[:3] == ((10.0, 30.0, 10.0),) * 3 and record[3:] == ((10.0, 10.0, 10.0),) * 4
+    assert record[:3] == ((10.0, 30.0, 10.0, 0.0),) * 3
+    assert record[3:] == ((10.0, 10.0, 10.0, 0.0),) * 4
+    # A new run 2,970 s after the last sighting: the episode's longest gap so far.
     record = burstiness._seen(record, burstiness._episode_group(3.0), 3000.0, LEAD_S)
-    assert record[:3] == ((10.0, 3000.0, 3000.0),) * 3
+    assert record[:3] == ((10.0, 3000.0, 3000.0, 2970.0),) * 3
     record = burstiness._seen(record, burstiness._episode_group(40.0), 3700.0, LEAD_S)
-    assert record[:3] == ((10.0, 3700.0, 3700.0),) * 3  # 700 s since its last sighting
-    assert record[3:] == ((3700.0, 3700.0, 3700.0),) * 4  # 3,690 s: a new episode
+    assert record[:3] == ((10.0, 3700.0, 3700.0, 2970.0),) * 3  # a gap of 700 s: shorter
+    assert record[3:] == ((3700.0, 3700.0, 3700.0, 0.0),) * 4  # 3,690 s: a new episode
+
+
+def test_a_recurring_surge_is_held_as_long_as_its_longest_pause() -> None:
+    """Runs of 600 s with pauses of up to 900 s between them, in an episode of two hours
+    that the span rule would hold for two (the histograms' memory at most): held 900 s
+    after its last sighting, and no longer; at least a lead time however short the
+    pauses."""
+    episode = (0.0, 7200.0, 6600.0, 900.0)
+    assert burstiness._live(episode, 7200.0 + 900.0, LEAD_S)
+    assert not burstiness._live(episode, 7201.0 + 900.0, LEAD_S)
+    # Without a second run it would be held twice its span (the memory's hour, twice).
+    assert burstiness._live((0.0, 7200.0, 6600.0, 0.0), 7200.0 + 7200.0, LEAD_S)
+    assert burstiness._live((0.0, 7200.0, 6600.0, 1.0), 7200.0 + LEAD_S, LEAD_S)
+    assert not burstiness._live((0.0, 7200.0, 6600.0, 1.0), 7201.0 + LEAD_S, LEAD_S)
+    # Crowds of 300 s every 1,200 s (20 → 250 requests/s), seen through observe(): held
+    # 600 s after the last one; 1,900 s after it, once the lull has outlasted the pauses
+    # of about 900 s between them, the crowds' counts lapse (the span rule would hold
+    # the episode of 2,700 s for an hour and a half). What stays are the steady traffic's
+    # 64 s windows (about 1,363) and those of the crowds' edges in the same count group.
+    state = _crowds(burstiness.BurstState(), range(1, 4501), lambda t: t % 1200 < 300 and t > 600)
+    assert dict(burstiness.clumps(state, 0.01, 1.0, 4500.0, 180.0))[64.0] > 10_000
+    state = _crowds(state, range(4501, 5801), lambda t: False)
+    assert dict(burstiness.clumps(state, 0.01, 1.0, 5800.0, 180.0))[64.0] < 2_500
+
+
+def test_a_count_group_counts_only_while_every_smaller_one_does() -> None:
+    """A window of 32 requests is also one of 16: a larger group held while a smaller
+    lapsed (a clump seen inside a surge that has ended) would leave the large counts alone
+    in the histogram and raise its quantile. It lapses with the smaller group."""
+    weights = (1.0,) * burstiness.COUNT_BINS
+    lapsed = (0.0, 300.0, 0.0, 0.0)  # a surge held until 900 s
+    clump = (100.0, 100.0, 100.0, 0.0)  # held as long as remembered
+    first_groups = [stop for group, _, stop in burstiness._GROUP_BINS if group <= 1]
+    kept = burstiness._live_weights(weights, (clump, clump, lapsed, clump), 5000.0, LEAD_S)
+    assert (
+        sum(kept) == max(first_groups) and kept[: max(first_groups)] == weights[: max(first_groups)]
+    )
+    assert sum(burstiness._live_weights(weights, (lapsed, clump), 5000.0, LEAD_S)) == 0.0
+    assert burstiness._live_weights(weights, (clump,) * 21, 5000.0, LEAD_S) == weights
 
 
 def _crowds(

@@ -168,11 +168,16 @@ def test_unusable_files_are_rejected_with_the_place_named(text: str, problem: st
         ),
         (
             '{"target_replicas": 2, "started_at_s": 0, "burst": {"episodes": [[[5.0, 1.0, 1.0]]]}}',
-            "state.burst.episodes: not (first, last, run) sightings",
+            "state.burst.episodes: not (first, last, run, gap) sightings",
         ),
         (
             '{"target_replicas": 2, "started_at_s": 0, "burst": {"episodes": [[[1.0]]]}}',
-            "state.burst.episodes[0][0]: expected 3 items",
+            "state.burst.episodes: not (first, last, run, gap) sightings",
+        ),
+        (
+            '{"target_replicas": 2, "started_at_s": 0,'
+            ' "burst": {"episodes": [[[1.0, 5.0, 2.0, -1.0]]]}}',
+            "state.burst.episodes: not (first, last, run, gap) sightings",
         ),
     ],
 )
@@ -183,6 +188,20 @@ def test_an_unusable_deployment_is_dropped_with_the_place_named(entry: str, prob
     )
     snapshot = state.decode(text)
     assert snapshot.deployments == {} and problem in snapshot.dropped["a"]
+
+
+def test_episodes_saved_before_gaps_were_kept_still_load() -> None:
+    """A state file from before the longest gap was recorded holds (first, last, run)
+    triples: they load as they are (read as no gap yet), next to the four-item form."""
+    text = (
+        '{"format": "autoscalerd-state", "version": 2, "saved_at_s": 1, "saved_wall_s": 1,'
+        ' "deployments": {"a": {"saved_at_s": 1, "state": {"target_replicas": 2,'
+        ' "started_at_s": 0, "burst": {"episodes": [[[1.0, 5.0, 2.0], [1.0, 5.0, 5.0, 3.0]]]}}}}}'
+    )
+    snapshot = state.decode(text)
+    assert snapshot.dropped == {}
+    episodes = snapshot.deployments["a"].state.burst.episodes
+    assert episodes == (((1.0, 5.0, 2.0), (1.0, 5.0, 5.0, 3.0)),)
 
 
 def test_an_unusable_file_is_moved_aside(tmp_path: Path) -> None:

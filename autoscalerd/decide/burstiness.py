@@ -94,13 +94,14 @@ _MIXTURE_GROUP = 1.5
 # Episodes are recorded for counts in groups this factor wide: ≤ 1, then 2^k up to 2^20.
 _EPISODE_BASE = 2.0
 EPISODE_GROUPS = 21
-# A live episode is held this many times its span after its last sighting.
+# An episode of one run is held this many times its span after its last sighting.
 _HOLD_SPANS = 2.0
 
 
 # One count group's record, seconds: (first sighting of its episode, last sighting, start
-# of its last run).
-Episode = tuple[float, float, float]
+# of its last run, longest gap between two of its runs). The gap is 0 until a second run;
+# a record saved before gaps were kept has three items and reads as 0.
+Episode = tuple[float, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +164,8 @@ def observe(
             sums = clump_weights[index]
             if sums is not None and not episodes[index]:
                 # A histogram from before the record: one episode over the last hour.
-                episodes[index] = ((now_s - MEMORY_S, now_s, now_s - MEMORY_S),) * EPISODE_GROUPS
+                hour = (now_s - MEMORY_S, now_s, now_s - MEMORY_S, 0.0)
+                episodes[index] = (hour,) * EPISODE_GROUPS
             episodes[index] = _seen(episodes[index], _episode_group(count), now_s, lead_s)
             sums = sums or Sums((0.0,) * COUNT_BINS)
             clump_weights[index] = sums.add(now_s, MEMORY_S, *deltas)
@@ -183,30 +185,40 @@ def _seen(
     was seen (a count is at least as large as each smaller group's edge). A group last
     seen longer ago than the histograms remember starts a new episode; one seen within it
     recurs, and its episode spans both sightings. Sightings within `lead_s` of each other
-    are one run: a surge that capacity could not have left and come back for."""
-    groups = list(record) + [(now_s, now_s, now_s)] * (group + 1 - len(record))
+    are one run: a surge that capacity could not have left and come back for. A new run
+    within the episode records the gap before it when that is the longest yet."""
+    groups = list(record) + [(now_s, now_s, now_s, 0.0)] * (group + 1 - len(record))
     for g in range(group + 1):
-        first_s, last_s, run_s = groups[g]
+        first_s, last_s, run_s = groups[g][:3]
         gap_s = now_s - last_s
-        groups[g] = (
-            first_s if gap_s <= MEMORY_S else now_s,
-            now_s,
-            run_s if gap_s <= lead_s else now_s,
-        )
+        if gap_s > MEMORY_S:
+            groups[g] = (now_s, now_s, now_s, 0.0)
+        elif gap_s > lead_s:
+            groups[g] = (first_s, now_s, now_s, max(_longest_gap_s(groups[g]), gap_s))
+        else:
+            groups[g] = (first_s, now_s, run_s, _longest_gap_s(groups[g]))
     return tuple(groups)
+
+
+def _longest_gap_s(episode: Episode) -> float:
+    return episode[3] if len(episode) > 3 else 0.0
 
 
 def _live(episode: Episode, now_s: float, lead_s: float) -> bool:
     """Whether a group's bins count at `now_s`. A last run shorter than `lead_s` is a
     clump no replica started when it came could serve: held while the histograms
     remember it. A longer one, a surge the forecast and the backlog follow as it comes:
-    held twice the episode's span (at most the histograms' memory), at least `lead_s`,
-    after its last sighting."""
-    first_s, last_s, run_s = episode
+    held, after its last sighting, as long as the longest gap between the episode's runs
+    (a surge that recurs is expected back within the pauses it has shown; past them, the
+    episode has ended for longer than it ever paused), or twice the episode's span (at
+    most the histograms' memory) when it has had one run; at least `lead_s`."""
+    first_s, last_s, run_s = episode[:3]
     if last_s - run_s < lead_s:
         return True
+    gap_s = _longest_gap_s(episode)
     span_s = min(MEMORY_S, last_s - first_s)
-    return now_s - last_s <= max(lead_s, _HOLD_SPANS * span_s)
+    hold_s = min(MEMORY_S, gap_s) if gap_s > 0 else _HOLD_SPANS * span_s
+    return now_s - last_s <= max(lead_s, hold_s)
 
 
 def _live_weights(
@@ -216,13 +228,17 @@ def _live_weights(
     lead_s: float,
 ) -> tuple[float, ...]:
     """The histogram's weights with the bins of lapsed episodes at zero; as they are
-    without a record (a state from before it)."""
+    without a record (a state from before it). A group counts only while every smaller
+    one does: a window of 32 requests is also a window of 16, so a clump seen within a
+    surge lapses with the surge, and the live bins never hold large counts without the
+    smaller ones that came with them (which would raise the quantile as a surge lapses)."""
     if not record:
         return weights
     kept = [0.0] * len(weights)
     for group, start, stop in _GROUP_BINS:
-        if group < len(record) and _live(record[group], now_s, lead_s):
-            kept[start:stop] = weights[start:stop]
+        if not (group < len(record) and _live(record[group], now_s, lead_s)):
+            break
+        kept[start:stop] = weights[start:stop]
     return tuple(kept)
 
 
