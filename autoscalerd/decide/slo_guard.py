@@ -25,8 +25,9 @@ running; observed bad / predicted bad is the model's calibration, over each wind
 the one used is what both agree on (the nearer 1 when both lean the same way, else 1: as
 a page waits for both burn windows, the headroom moves on a persistent error of the
 model, not on one clump's misses, which leave the fast window within minutes; but a
-relaxation the slow window's evidence carries stands while the fast window has not
-tested the model, having seen and predicted fewer misses than its pseudo-events)
+relaxation the slow window's evidence carries gives way to the fast window's reading
+only in proportion to the evidence the fast window holds, so a fast window that has
+seen and predicted few misses leaves it standing, `_relaxed`)
 (only over ticks where the model predicts less than `_SATURATED` of requests late: in an
 overload, both sides are near 1 and say nothing about the tail at a working count; the
 caller leaves out ticks where the measured bursts do not fit the running count too, by
@@ -232,13 +233,13 @@ def update(
     slow_ratio = _ratio(slow_window, slow_squares)
     fast_window = calibrating_fast.decayed(now_s, fast_window_s)
     fast_squares = clumped_fast.decayed(now_s, fast_window_s)
-    # A relaxation on evidence the fast window has not tested stands (`_agreed`).
-    relaxed_untested = (
-        slow_ratio < 1.0
-        and _tested(slow_window, slow_squares)
-        and not _tested(fast_window, fast_squares)
-    )
-    raw = slow_ratio if relaxed_untested else _agreed(slow_ratio, _ratio(fast_window, fast_squares))
+    fast_ratio = _ratio(fast_window, fast_squares)
+    if slow_ratio < 1.0 and _tested(slow_window, slow_squares):
+        # A relaxation the slow window's evidence carries: the fast window weighs in by
+        # the evidence it holds (`_relaxed`).
+        raw = _relaxed(slow_ratio, fast_ratio, _weight(fast_window, fast_squares))
+    else:
+        raw = _agreed(slow_ratio, fast_ratio)
     calibration = min(CALIBRATION_MAX, max(CALIBRATION_MIN, raw))
     verdict = GuardVerdict(
         burn_fast=burn_fast,
@@ -290,8 +291,36 @@ def _tested(window: tuple[float, ...], squares: tuple[float, ...]) -> bool:
     outweigh the pseudo-events its ratio is drawn to 1 with. At a count so ample that the
     model predicts no miss and none comes, a window tests nothing, and its ratio near 1
     is the pseudo-events', not evidence that the model is right."""
+    return _weight(window, squares) >= 0.5
+
+
+def _weight(window: tuple[float, ...], squares: tuple[float, ...]) -> float:
+    """The share of a window's ratio that is evidence rather than pseudo-events: misses
+    seen and predicted over those plus the pseudo-events (½ where the two weigh alike)."""
     seen, predicted = window
-    return seen + predicted >= _PSEUDO_BAD * _clump(window, squares)
+    evidence = seen + predicted
+    pseudo = _PSEUDO_BAD * _clump(window, squares)
+    return evidence / (evidence + pseudo)
+
+
+def _relaxed(slow: float, fast: float, weight: float) -> float:
+    """A relaxation (`slow` < 1, on evidence that tested the model) as the fast window
+    allows: slow^(1 − w) · fast^w, the fast window's reading held within [slow, 1] and
+    weighed by the share `weight` of it that is evidence (`_weight`). A fast window more
+    relaxed than the slow one adds nothing (the nearer 1 of two leaning the same way, as
+    `_agreed`); one that reads a tightening pulls toward 1, never past it (a tightening
+    needs both windows); one that has seen little says little.
+
+    Where the fast window switched from no say (fewer misses seen and predicted than its
+    pseudo-events) to its full reading, the count was a limit cycle, because what the
+    fast window has seen depends on the count: at a count ample enough that it predicts
+    no miss, the relaxation stood and scaled down; at the lower count the fast window was
+    tested at once, its reading still mostly its pseudo-events (halfway to 1), and scaled
+    back up. On the 2024 week with a replica that takes 10 minutes to start, that was
+    9 to 16 replicas and back every 12 minutes, at 1.9x static peak's cost; weighed, the
+    count settles (benchmarks/backtest_matrix.py, HISTORY.md)."""
+    held = min(1.0, max(slow, fast))
+    return float(slow ** (1.0 - weight) * held**weight)
 
 
 def _agreed(slow: float, fast: float) -> float:
@@ -300,12 +329,13 @@ def _agreed(slow: float, fast: float) -> float:
     on a persistent error of the model, not on one clump's misses (which leave the fast
     window within minutes) nor on an hour-old one the fast window no longer sees.
 
-    But a relaxation (the slow window under 1, on evidence that tested the model) the
-    fast window has not tested (`_tested`) stands: it was built from misses the model
-    predicted and that did not come, which only a count tight enough for the model to
-    predict misses can test.
-    Otherwise it undoes itself: once the traffic falls, the count kept is ample, predicts
-    no miss, and the fast window's pseudo-events pull the calibration back to 1, which
+    A relaxation (the slow window under 1, on evidence that tested the model) is not
+    decided here but by `_relaxed`, which lets the fast window move it only as far as the
+    fast window's own evidence goes: it was built from misses the model predicted and
+    that did not come, which only a count tight enough for the model to predict misses
+    can test. Were the fast window's ratio taken whatever it holds, it would undo itself:
+    once the traffic falls, the count kept is ample, predicts no miss, and the fast
+    window's pseudo-events pull the calibration back to 1, which
     sizes for the full tail again and keeps the count ample (the held-out Azure 2024
     window at 138 h, 8B: 5-6 replicas at 80 requests/s, then 7-8 at 30/s). A tightening
     was built from misses that came; a fast window without them ends it, tested or not,
