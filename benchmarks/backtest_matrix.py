@@ -28,7 +28,7 @@ from autoscalerd.sim.backtest import (
     compare_with_frontiers,
     run_backtest,
 )
-from autoscalerd.sim.cluster import REPLICA_PRESETS
+from autoscalerd.sim.cluster import REPLICA_PRESETS, ReplicaModel
 from autoscalerd.sim.traces import (
     EmpiricalTokens,
     LognormalTokens,
@@ -42,6 +42,40 @@ ROOT = Path(__file__).resolve().parents[1]
 # The replica presets the decisions were developed on; the others are held out.
 DEVELOPMENT_PRESETS = ("70b-4gpu", "8b-1gpu")
 PEERS = ["autoscalerd", "ray-serve", "hpa", "kpa"]
+# Replica models beyond the product's presets that the decisions were never developed on
+# (benchmark-only: not `autoscalerd backtest --replica-model` names): shapes a user may
+# run, each far from the development presets in one respect.
+MORE_MODELS: dict[str, ReplicaModel] = {
+    # A small model on a fast GPU: 128 slots, prefill 100,000 tokens/s, 6-20 ms per output
+    # token, serving 15 s after it is asked for (the prefill prior, 8,000, is 12.5x slow).
+    "tiny-fast": ReplicaModel(
+        max_ongoing_requests=128,
+        prefill_tokens_per_s=100_000.0,
+        tpot_batch1_s=0.006,
+        tpot_full_batch_s=0.020,
+        cold_start_s=15.0,
+        gpus_per_replica=1,
+    ),
+    # Decode-bound: 24 slots, 40-120 ms per output token, prefill 20,000 tokens/s.
+    "decode-bound": ReplicaModel(
+        max_ongoing_requests=24,
+        prefill_tokens_per_s=20_000.0,
+        tpot_batch1_s=0.040,
+        tpot_full_batch_s=0.120,
+        cold_start_s=120.0,
+        gpus_per_replica=4,
+    ),
+    # A slow start: weights pulled over the network, 10 minutes before a replica serves.
+    "slow-start": ReplicaModel(
+        max_ongoing_requests=32,
+        prefill_tokens_per_s=12_000.0,
+        tpot_batch1_s=0.025,
+        tpot_full_batch_s=0.060,
+        cold_start_s=600.0,
+        gpus_per_replica=4,
+    ),
+}
+MODELS = {**REPLICA_PRESETS, **MORE_MODELS}
 # The WorldCup98 file's flash crowds: hours 343-348 (1998-05-18, 07:00-12:00).
 FLASH_START_S = 343 * 3600.0
 FLASH_DURATION_S = 5 * 3600.0
@@ -155,8 +189,9 @@ def main() -> int:
         "--presets",
         nargs="*",
         default=list(DEVELOPMENT_PRESETS),
-        choices=sorted(REPLICA_PRESETS),
-        help="replica presets (default: the two developed on; 32b-2gpu and 405b-8gpu are held out)",
+        choices=sorted(MODELS),
+        help="replica presets (default: the two developed on; 32b-2gpu and 405b-8gpu are held "
+        "out, and so are the benchmark's own tiny-fast, decode-bound and slow-start)",
     )
     parser.add_argument("--sensitivity", action="store_true")
     parser.add_argument(
@@ -194,7 +229,7 @@ def main() -> int:
         for preset in args.presets:
             shipped: BacktestResult | None = None
             for label, prior_x, cold_x in variants:
-                replica = REPLICA_PRESETS[preset]
+                replica = MODELS[preset]
                 replica = dataclasses.replace(replica, cold_start_s=replica.cold_start_s * cold_x)
                 priors = base_cfg.replica_model
                 cfg = base_cfg.model_copy(

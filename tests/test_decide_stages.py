@@ -523,8 +523,8 @@ def test_a_fast_window_that_tests_nothing_leaves_the_slow_calibration_standing()
     # The model pessimistic for 1000 ticks (4 % predicted, 0.5 % seen), then 2400 ticks at
     # an ample count: nothing predicted, nothing seen. The fast window has forgotten the
     # evidence (e^(−2400/300) of it: 0.05 misses seen and 0.39 predicted, against its 3
-    # pseudo-events), so it has little say (its weight is 0.44 / 3.44), and the slow
-    # window's relaxation stands rather than the pseudo-events' 1.
+    # pseudo-events), so it has little say (twice its share of evidence, 2 · 0.44 / 3.44),
+    # and the slow window's relaxation stands rather than the pseudo-events' 1.
     state = slo_guard.GuardState()
     for tick in range(1, 3401):
         bad, predicted = (0.5, 0.04) if tick <= 1000 else (0.0, 0.0)
@@ -547,10 +547,10 @@ def test_a_fast_window_that_tests_nothing_leaves_the_slow_calibration_standing()
     )
     assert fast == pytest.approx((fast_seen + math.sqrt(fast_seen) + 3.0) / (fast_predicted + 3.0))
     assert fast > 0.95
-    # It weighs in by its evidence only: slow^(1 − w) · fast^w.
-    weight = (fast_seen + fast_predicted) / (fast_seen + fast_predicted + 3.0)
-    assert weight < 0.15
-    assert verdict.calibration == pytest.approx(slow ** (1 - weight) * fast**weight, rel=1e-6)
+    # It has its say by its evidence only: slow^(1 − s) · fast^s, s = 2w.
+    say = 2.0 * (fast_seen + fast_predicted) / (fast_seen + fast_predicted + 3.0)
+    assert say < 0.3
+    assert verdict.calibration == pytest.approx(slow ** (1 - say) * fast**say, rel=1e-6)
     assert verdict.calibration < 0.25  # the sizing still aims at ε / 0.25 or more, not at ε
     # A relaxation the slow window's own evidence does not carry is not kept: 100 ticks at
     # 0.02 misses predicted and none seen, then 600 quiet ones, leave the slow window
@@ -578,8 +578,11 @@ def test_a_relaxation_gives_way_to_the_fast_window_by_its_evidence() -> None:
     # One more relaxed than the slow window adds nothing.
     assert slo_guard._relaxed(0.2, 0.1, 0.9) == pytest.approx(0.2)
     # The weight: evidence (seen + predicted) over evidence plus 3 pseudo-events of the
-    # misses' clump size (here 1: 4 misses, one a tick, Σ bad² = 4).
+    # misses' clump size (here 1: 4 misses, one a tick, Σ bad² = 4); the say, twice that,
+    # at most 1 (full from the test threshold, evidence = pseudo-events).
     assert slo_guard._weight((4.0, 8.0), (4.0,)) == pytest.approx(12.0 / 15.0)
+    assert slo_guard._say((4.0, 8.0), (4.0,)) == 1.0
+    assert slo_guard._say((0.5, 0.5), (0.5,)) == pytest.approx(2.0 * 1.0 / 4.0)
     assert slo_guard._weight((0.0, 0.0), (0.0,)) == 0.0
 
 
@@ -592,12 +595,14 @@ def test_the_calibration_does_not_jump_as_the_fast_window_becomes_tested() -> No
     def calibration(fast_predicted: float) -> float:
         fast_seen = 0.25 * fast_predicted
         fast = (fast_seen + math.sqrt(fast_seen) + 3.0) / (fast_predicted + 3.0)
-        weight = slo_guard._weight((fast_seen, fast_predicted), (fast_seen,))
-        return slo_guard._relaxed(0.2, fast, weight)
+        say = slo_guard._say((fast_seen, fast_predicted), (fast_seen,))
+        return slo_guard._relaxed(0.2, fast, say)
 
     below, above = calibration(2.39), calibration(2.41)  # evidence 2.99 and 3.01
     assert abs(above - below) < 0.01
-    assert 0.2 < below < 0.6
+    assert 0.2 < below < 0.9
+    # With little evidence the relaxation stands nearly whole.
+    assert calibration(0.2) < 0.3
 
 
 def test_a_tightening_ends_when_its_misses_leave_the_fast_window() -> None:
@@ -745,22 +750,15 @@ def test_guard_calibrates_the_model_by_observed_over_predicted_bad_requests() ->
     # The model pessimistic (4 % predicted, 0.5 % seen): both sums forget alike, so after
     # 1000 ticks a window's ratio is (0.5·S + √(0.5·S) + 3) / (4·S + 3) with
     # S = Σ e^(−k/window).
-    # Both windows below 1, the fast one nearer 1 (fewer events, the pseudo-events weigh
-    # more): it moves the slow window's relaxation toward it by the share of its ratio
-    # that is evidence, 4.5·S / (4.5·S + 3) (`_relaxed`).
-    def decayed(window_s: float) -> float:
-        return sum(math.exp(-k / window_s) for k in range(1000))
-
+    # Both windows below 1: the one nearer 1, the fast one (fewer events, the pseudo-events
+    # weigh more; its evidence, 4.5·S, is far over its 3 pseudo-events: its full say).
     def ratio(window_s: float) -> float:
-        s = decayed(window_s)
-        return (0.5 * s + math.sqrt(0.5 * s) + 3.0) / (4.0 * s + 3.0)
+        decayed = sum(math.exp(-k / window_s) for k in range(1000))
+        return (0.5 * decayed + math.sqrt(0.5 * decayed) + 3.0) / (4.0 * decayed + 3.0)
 
     pessimistic = run_guard(bad=0.5, predicted_share=0.04, ticks=1000)
     assert ratio(3600.0) < ratio(300.0) < 1.0
-    weight = 4.5 * decayed(300.0) / (4.5 * decayed(300.0) + 3.0)
-    expected = ratio(3600.0) ** (1 - weight) * ratio(300.0) ** weight
-    assert pessimistic.calibration == pytest.approx(expected, rel=1e-6)
-    assert ratio(3600.0) < pessimistic.calibration < ratio(300.0)
+    assert pessimistic.calibration == pytest.approx(ratio(300.0), rel=1e-6)
     assert not pessimistic.blocks_scale_down
     # Every wait over budget where the model saw 1 %: bounded, a mismatch, no scale-down.
     fire = run_guard(bad=100.0, predicted_share=0.01, ticks=200)

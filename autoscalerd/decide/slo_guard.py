@@ -26,8 +26,8 @@ the one used is what both agree on (the nearer 1 when both lean the same way, el
 a page waits for both burn windows, the headroom moves on a persistent error of the
 model, not on one clump's misses, which leave the fast window within minutes; but a
 relaxation the slow window's evidence carries gives way to the fast window's reading
-only in proportion to the evidence the fast window holds, so a fast window that has
-seen and predicted few misses leaves it standing, `_relaxed`)
+only as the fast window's evidence grows, in full once it has tested the model, so a
+fast window that has seen and predicted few misses leaves it standing, `_relaxed`)
 (only over ticks where the model predicts less than `_SATURATED` of requests late: in an
 overload, both sides are near 1 and say nothing about the tail at a working count; the
 caller leaves out ticks where the measured bursts do not fit the running count too, by
@@ -235,9 +235,9 @@ def update(
     fast_squares = clumped_fast.decayed(now_s, fast_window_s)
     fast_ratio = _ratio(fast_window, fast_squares)
     if slow_ratio < 1.0 and _tested(slow_window, slow_squares):
-        # A relaxation the slow window's evidence carries: the fast window weighs in by
-        # the evidence it holds (`_relaxed`).
-        raw = _relaxed(slow_ratio, fast_ratio, _weight(fast_window, fast_squares))
+        # A relaxation the slow window's evidence carries: the fast window has its say
+        # as its evidence grows (`_relaxed`).
+        raw = _relaxed(slow_ratio, fast_ratio, _say(fast_window, fast_squares))
     else:
         raw = _agreed(slow_ratio, fast_ratio)
     calibration = min(CALIBRATION_MAX, max(CALIBRATION_MIN, raw))
@@ -303,24 +303,32 @@ def _weight(window: tuple[float, ...], squares: tuple[float, ...]) -> float:
     return evidence / (evidence + pseudo)
 
 
-def _relaxed(slow: float, fast: float, weight: float) -> float:
-    """A relaxation (`slow` < 1, on evidence that tested the model) as the fast window
-    allows: slow^(1 − w) · fast^w, the fast window's reading held within [slow, 1] and
-    weighed by the share `weight` of it that is evidence (`_weight`). A fast window more
-    relaxed than the slow one adds nothing (the nearer 1 of two leaning the same way, as
-    `_agreed`); one that reads a tightening pulls toward 1, never past it (a tightening
-    needs both windows); one that has seen little says little.
+def _say(window: tuple[float, ...], squares: tuple[float, ...]) -> float:
+    """How much say the fast window has over a relaxation: in proportion to its share of
+    evidence w (`_weight`), all of it from w = ½, where it counts as having tested the
+    model (`_tested`): min(1, 2w)."""
+    return min(1.0, 2.0 * _weight(window, squares))
 
-    Where the fast window switched from no say (fewer misses seen and predicted than its
-    pseudo-events) to its full reading, the count was a limit cycle, because what the
+
+def _relaxed(slow: float, fast: float, say: float) -> float:
+    """A relaxation (`slow` < 1, on evidence that tested the model) as the fast window
+    allows: slow^(1 − s) · fast^s, the fast window's reading held within [slow, 1] and
+    `say` its say (`_say`). A fast window more relaxed than the slow one adds nothing (the
+    nearer 1 of two leaning the same way, as `_agreed`); one that reads a tightening pulls
+    toward 1, never past it (a tightening needs both windows); one that has seen little
+    says little, and one that has tested the model has its full say.
+
+    Where the fast window went from no say (fewer misses seen and predicted than its
+    pseudo-events) to its full say at once, the count was a limit cycle, because what the
     fast window has seen depends on the count: at a count ample enough that it predicts
     no miss, the relaxation stood and scaled down; at the lower count the fast window was
     tested at once, its reading still mostly its pseudo-events (halfway to 1), and scaled
     back up. On the 2024 week with a replica that takes 10 minutes to start, that was
-    9 to 16 replicas and back every 12 minutes, at 1.9x static peak's cost; weighed, the
-    count settles (benchmarks/backtest_matrix.py, HISTORY.md)."""
+    9 to 16 replicas and back every 12 minutes, at 1.9x static peak's cost; with the say
+    growing as the evidence does, the count settles (benchmarks/backtest_matrix.py,
+    HISTORY.md)."""
     held = min(1.0, max(slow, fast))
-    return float(slow ** (1.0 - weight) * held**weight)
+    return float(slow ** (1.0 - say) * held**say)
 
 
 def _agreed(slow: float, fast: float) -> float:
@@ -330,8 +338,8 @@ def _agreed(slow: float, fast: float) -> float:
     window within minutes) nor on an hour-old one the fast window no longer sees.
 
     A relaxation (the slow window under 1, on evidence that tested the model) is not
-    decided here but by `_relaxed`, which lets the fast window move it only as far as the
-    fast window's own evidence goes: it was built from misses the model predicted and
+    decided here but by `_relaxed`, which lets the fast window move it only as its own
+    evidence grows: it was built from misses the model predicted and
     that did not come, which only a count tight enough for the model to predict misses
     can test. Were the fast window's ratio taken whatever it holds, it would undo itself:
     once the traffic falls, the count kept is ample, predicts no miss, and the fast
