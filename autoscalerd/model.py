@@ -291,6 +291,9 @@ class DeploymentState:
     # Seconds between this deployment's decisions, as they usually come (a pause is not
     # one): a gap in the ticks is one much longer than this.
     tick_interval_s: float | None = None
+    # (running replicas, since when): the count the platform last reported running and the
+    # time it was first seen at that count; None for "since before the first sighting".
+    running_seen: tuple[float, float | None] | None = None
 
     def with_(self, **changes: Any) -> DeploymentState:
         from dataclasses import replace

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -426,9 +427,27 @@ def test_slo_guard_adds_one_step_per_landing_not_one_per_tick() -> None:
         targets.append(decision.target_replicas)
     assert targets[0] == 5
     assert set(targets) == {5}
-    # Once the step has landed and the wait is still over, one more.
-    decision, _ = decide(over(31, 5), state, cfg, 31)
+    # The step has landed. The wait p99 is read over the look-back window (10 s), so for
+    # that long it still holds the waits of the four that ran before: no step on them.
+    for tick in range(31, 41):
+        decision, state = decide(over(tick, 5), state, cfg, tick)
+        assert decision.target_replicas == 5
+        assert Reason.SLO_BREACH in decision.reasons  # held, and the decision says why
+    # A full window of waits at five, still over budget: one more.
+    decision, _ = decide(over(41, 5), state, cfg, 41)
     assert decision.target_replicas == 6
+
+
+def test_the_running_count_is_timed_from_its_last_change() -> None:
+    from autoscalerd.decide.policy import _ran_for, _running_seen
+
+    seen = _running_seen(None, 4.0, 10.0)
+    assert seen == (4.0, None) and _ran_for(seen, 10.0) == math.inf  # running before it was seen
+    assert _running_seen(seen, None, 11.0) == seen  # unknown: what was seen stands
+    assert _running_seen(seen, 4.0, 12.0) == seen
+    seen = _running_seen(seen, 5.0, 13.0)
+    assert seen == (5.0, 13.0) and _ran_for(seen, 20.5) == 7.5
+    assert _running_seen(seen, 5.0, 30.0) == (5.0, 13.0)
 
 
 def test_forecast_leads_only_by_at_least_one_request_over_the_lead_time() -> None:

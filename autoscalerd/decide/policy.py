@@ -316,11 +316,16 @@ def decide(
     # Where the model already asks for more, the sizing is on its way and a step on top
     # would only chase a transient. One step per landing: while replicas asked for earlier
     # are still starting, the wait cannot have improved yet.
+    # Nor while the wait quantile still holds waits from before the count running now: it
+    # is read over the look-back window, so for that long after a landing it measures the
+    # fewer replicas that ran before (a step then pays for a cold start the landing fixed).
     unexplained = replicas_capacity is not None and replicas_capacity <= current
+    running_seen = _running_seen(state.running_seen, running, now_s)
     if breached and unexplained and (verdict.burn_fast or 0.0) > 2.0:
         reasons.append(Reason.SLO_BREACH)
         landing = running is not None and running < current
-        step_floor = current if landing else current + 1
+        measured = _ran_for(running_seen, now_s) >= a.look_back_period_s
+        step_floor = current if landing or not measured else current + 1
         replicas_raw = max(replicas_raw if replicas_raw is not None else 0, step_floor)
     # A breach enters after the delays, not the window's evidence: whether such ticks
     # come often enough to matter is what the burn rate measures.
@@ -375,6 +380,7 @@ def decide(
         guard=guard_state,
         last_decided_at_s=now_s,
         gpu_extra_replicas=gpu_extra,
+        running_seen=running_seen,
     )
 
     # 8 (first, because it short-circuits). Fail static: nothing fresh to act on -> hold,
@@ -468,6 +474,27 @@ def _gpu_extra(obs: Observation, state: DeploymentState, now_s: float, max_age_s
     if lost is None:
         return state.gpu_extra_replicas  # stale: never less on data not seen
     return capacity.ceil_replicas(lost)
+
+
+def _running_seen(
+    seen: tuple[float, float | None] | None, running: float | None, now_s: float
+) -> tuple[float, float | None] | None:
+    """The running count and since when: a change restarts the clock; the first sighting
+    has run since before it (None); an unknown count keeps what was seen."""
+    if running is None:
+        return seen
+    if seen is None:
+        return (running, None)
+    if seen[0] != running:
+        return (running, now_s)
+    return seen
+
+
+def _ran_for(seen: tuple[float, float | None] | None, now_s: float) -> float:
+    """Seconds the running count has been what it is (infinite where not known to change)."""
+    if seen is None or seen[1] is None:
+        return float("inf")
+    return now_s - seen[1]
 
 
 def _forecast_leads(upper_per_s: float | None, short_per_s: float | None, lead_s: float) -> bool:
