@@ -267,6 +267,11 @@ def _check_ranges(saved: SavedDeployment, where: str) -> None:
     _check_sums(state, where)
     if not 0 <= state.target_replicas <= _MAX_COUNT:
         raise StateError(f"{where}.state.target_replicas: out of range")
+    seen = state.running_seen
+    if seen is not None and (
+        not 0 <= seen[0] <= _MAX_COUNT or (seen[1] is not None and seen[1] > saved.saved_at_s)
+    ):
+        raise StateError(f"{where}.state.running_seen: not (running replicas, since) in range")
     if any(len(entry) != 2 or not 0 <= entry[1] <= _MAX_COUNT for entry in state.guard.burnt):
         raise StateError(f"{where}.state.guard.burnt: not (time, replicas) pairs in range")
     for name in ("override_replicas", "applied_replicas"):

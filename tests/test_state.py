@@ -152,6 +152,14 @@ def test_unusable_files_are_rejected_with_the_place_named(text: str, problem: st
         ),
         ('{"target_replicas": -2, "started_at_s": 0}', "state.target_replicas: out of range"),
         (
+            '{"target_replicas": 2, "started_at_s": 0, "running_seen": [-1.0, null]}',
+            "state.running_seen: not (running replicas, since) in range",
+        ),
+        (
+            '{"target_replicas": 2, "started_at_s": 0, "running_seen": [2.0, 1e9]}',
+            "state.running_seen: not (running replicas, since) in range",
+        ),
+        (
             '{"target_replicas": 2, "started_at_s": 0, "burst": {"clump_weights":'
             ' [{"values": [1.0], "samples": 1, "updated_at_s": 0}]}}',
             "state.burst.clump_weights[0]: 1 values, not 150",
