@@ -191,6 +191,35 @@ def bound_warnings(config: Config, path: str) -> list[str]:
     return lines
 
 
+def factor_warnings(config: Config, path: str) -> list[str]:
+    """Deployments in autoscalerd's mode whose Ray scaling factors exceed 1.
+
+    Ray's factors are a gain on the delta: above 1 a step overshoots what the sizing
+    asked for (up 2 from 4 toward 6 goes to 8; down 2 from 10 toward 8 goes to 6, below
+    the count the SLO needs). Configs written before the factors meant Ray's gain used
+    them as step caps, which are `stabilize.max_step_up_ratio` / `min_step_down_ratio`.
+    """
+    from autoscalerd.decide.stabilize import effective_factors
+
+    lines = []
+    for index, deployment in enumerate(config.deployments):
+        if deployment.mode != "autoscalerd":
+            continue
+        up_factor, down_factor = effective_factors(deployment.autoscaling)
+        for direction, factor, cap in (
+            ("up", up_factor, "stabilize.max_step_up_ratio"),
+            ("down", down_factor, "stabilize.min_step_down_ratio"),
+        ):
+            if factor > 1:
+                lines.append(
+                    f"{path}: warning: deployments[{index}].autoscaling_config: the scaling "
+                    f"factor {direction} is {factor:g}, Ray's gain on the delta, so each step "
+                    f"{direction} overshoots what the sizing asks; to cap a step's size use "
+                    f"{cap} instead"
+                )
+    return lines
+
+
 def _check_config(path: str) -> int:
     from autoscalerd.act import registry
     from autoscalerd.config import ConfigError, load_config
@@ -201,7 +230,7 @@ def _check_config(path: str) -> int:
     problems = [f"{path}: {line}" for line in registry.check_plugins(config)]
     if problems:
         raise ConfigError(problems)
-    for line in bound_warnings(config, path):
+    for line in bound_warnings(config, path) + factor_warnings(config, path):
         print(line, file=sys.stderr)
     names = ", ".join(d.name for d in config.deployments) or "none listed"
     discovery = "on" if config.discovery.enabled else "off"

@@ -57,9 +57,13 @@ class AutoscalingConfig(_Model):
     upscale_delay_s: float = Field(10.0, ge=0)
     downscale_delay_s: float = Field(300.0, ge=0)
     downscale_to_zero_delay_s: float | None = Field(None, ge=0)
-    # Ray takes any factor > 0; past a thousand the step overflows, and no one means it.
+    # Ray's gain on the delta in either mode: a step goes to
+    # ceil(current + factor·(wanted − current)), with Ray's one-down rule when a decrease
+    # rounds back to the current count (decide/ray_compat.apply_scaling_factors). Ray
+    # takes any factor > 0; past a thousand the step overflows, and no one means it.
     upscaling_factor: float | None = Field(None, gt=0, le=1000)
     downscaling_factor: float | None = Field(None, gt=0, le=1000)
+    # Ray's deprecated fallback for both factors (after the per-direction ones below).
     smoothing_factor: float = Field(1.0, gt=0, le=1)
     look_back_period_s: float = Field(30.0, gt=0)
     # Accepted so that Ray configs paste unchanged; autoscalerd senses every tick instead.
@@ -79,6 +83,18 @@ class AutoscalingConfig(_Model):
                 f"([{self.min_replicas}, {self.max_replicas}])"
             )
         return self
+
+
+class StabilizeConfig(_Model):
+    """autoscalerd's own damping of the sized count (its own mode only), under names of
+    its own: the Ray fields above keep Ray's meaning."""
+
+    # EMA weight of the newest raw count: R_s = w·R_raw + (1 − w)·R_s(previous); 1: off.
+    ema_weight: float = Field(1.0, gt=0, le=1)
+    # A step up goes to at most ⌈current·ratio⌉ (always at least one more); null: no cap.
+    max_step_up_ratio: float | None = Field(None, ge=1, le=1000)
+    # A step down goes to at least ⌊current·ratio⌋ (always at least one fewer); null: no cap.
+    min_step_down_ratio: float | None = Field(None, ge=0, le=1)
 
 
 class CapacityConfig(_Model):
@@ -177,6 +193,7 @@ class DeploymentSettings(_Model):
     autoscaling: AutoscalingConfig = Field(
         AutoscalingConfig(), validation_alias=AliasChoices("autoscaling", "autoscaling_config")
     )
+    stabilize: StabilizeConfig = StabilizeConfig()
     capacity: CapacityConfig = CapacityConfig()
     replica_model: ReplicaModelConfig = ReplicaModelConfig()
     forecast: ForecastConfig = ForecastConfig()

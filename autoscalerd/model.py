@@ -157,7 +157,8 @@ class Reason(str, enum.Enum):
     SLO_BREACH = "slo_breach"  # a latency or queue SLO was exceeded
     UPSCALE_DELAYED = "upscale_delayed"  # wants more, waiting out upscale_delay_s
     DOWNSCALE_DELAYED = "downscale_delayed"  # wants fewer, waiting out downscale_delay_s
-    STEP_LIMITED = "step_limited"  # upscaling_factor / downscaling_factor clipped the step
+    STEP_LIMITED = "step_limited"  # Ray's upscaling_factor / downscaling_factor scaled the step
+    STEP_CAPPED = "step_capped"  # stabilize.max_step_up_ratio / min_step_down_ratio capped it
     COOLDOWN = "cooldown"  # an action happened less than cooldown_s ago
     BOUNDED_MIN = "bounded_min"
     BOUNDED_MAX = "bounded_max"
@@ -266,7 +267,7 @@ class DeploymentState:
 
     target_replicas: int
     started_at_s: float
-    # EMA of the raw recommendation (smoothing_factor).
+    # EMA of the raw recommendation (stabilize.ema_weight).
     smoothed_replicas: float | None = None
     # (time, scale-up recommendation, scale-down recommendation) over the longest delay
     # window, oldest first.

@@ -42,8 +42,10 @@ REASON_TEXT: dict[str, str] = {
     "({upscale_delay_s}).",
     "downscale_delayed": "Fewer replicas would do, but not yet for the whole "
     "downscale_delay_s ({downscale_delay_s}).",
-    "step_limited": "upscaling_factor / downscaling_factor ({factors}) limited the step "
-    "from {previous}.",
+    "step_limited": "Ray's upscaling_factor / downscaling_factor ({factors}) scaled the step "
+    "from {previous} (a gain on the delta, as in Ray).",
+    "step_capped": "stabilize.max_step_up_ratio / min_step_down_ratio ({step_caps}) capped "
+    "the step from {previous}.",
     "cooldown": "An action happened less than cooldown_s ({cooldown_s}) ago: the target holds.",
     "bounded_min": "Held at min_replicas ({min_replicas}).",
     "bounded_max": "Capped at max_replicas ({max_replicas}).",
@@ -448,8 +450,8 @@ def explain_text(
             ("raw", f"{number(decision.get('replicas_raw'))}  from the short-window rate"),
             (
                 "smoothed",
-                f"{number(decision.get('replicas_smoothed'), 1)}  smoothing_factor "
-                f"{number(autoscaling.get('smoothing_factor'), 2)}",
+                f"{number(decision.get('replicas_smoothed'), 1)}  stabilize.ema_weight "
+                f"{number((config.get('stabilize') or {}).get('ema_weight'), 2)}",
             ),
             (
                 "sustained",
@@ -461,7 +463,8 @@ def explain_text(
                 "stabilized",
                 f"{number(decision.get('replicas_stabilized'))}  after the delay windows "
                 f"(up {seconds(autoscaling.get('upscale_delay_s'))}, down "
-                f"{seconds(autoscaling.get('downscale_delay_s'))}) and step limits",
+                f"{seconds(autoscaling.get('downscale_delay_s'))}), Ray's factors "
+                f"({'/'.join(number(f) for f in _factors(autoscaling))}) and step caps",
             ),
         ],
     )
@@ -578,12 +581,28 @@ class _Missing(dict[str, str]):
         return "-"
 
 
+def _factors(autoscaling: Mapping[str, Any]) -> tuple[Any, Any]:
+    """Ray's effective (upscaling, downscaling) factors: each field, then its deprecated
+    per-direction fallback, then `smoothing_factor` (default 1)."""
+    shared = autoscaling.get("smoothing_factor", 1.0)
+
+    def first(*names: str) -> Any:
+        return next((autoscaling[n] for n in names if autoscaling.get(n) is not None), shared)
+
+    return (
+        first("upscaling_factor", "upscale_smoothing_factor"),
+        first("downscaling_factor", "downscale_smoothing_factor"),
+    )
+
+
 def _reason_values(decision: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, str]:
     autoscaling = config.get("autoscaling") or {}
     capacity = config.get("capacity") or {}
     unit = "tok/s" if decision.get("load_unit") == "tokens" else "/s"
-    factors = "/".join(
-        number(autoscaling.get(k)) for k in ("upscaling_factor", "downscaling_factor")
+    stabilize = config.get("stabilize") or {}
+    factors = "/".join(number(f) for f in _factors(autoscaling))
+    step_caps = "/".join(
+        number(stabilize.get(k)) for k in ("max_step_up_ratio", "min_step_down_ratio")
     )
     return _Missing(
         replicas_capacity=number(decision.get("replicas_capacity")),
@@ -604,6 +623,7 @@ def _reason_values(decision: Mapping[str, Any], config: Mapping[str, Any]) -> di
         upscale_delay_s=seconds(autoscaling.get("upscale_delay_s")),
         downscale_delay_s=seconds(autoscaling.get("downscale_delay_s")),
         factors=factors,
+        step_caps=step_caps,
         previous=number(decision.get("previous_replicas")),
         target=number(decision.get("target_replicas")),
         cooldown_s=seconds(config.get("cooldown_s")),

@@ -40,6 +40,32 @@ def test_check_config_accepts_the_shipped_examples(name: str, cli_env: dict[str,
     assert ": ok" in result.stdout
 
 
+def test_check_config_warns_of_ray_factors_above_one_in_autoscalerds_mode(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    # Ray's gain on the delta overshoots the sizing above 1; a config written when the
+    # factors were step caps learns where the caps went. Ray-compatible mode: Ray's own.
+    path = tmp_path / "factors.yaml"
+    body = (
+        "deployments:\n"
+        "  - name: a/b\n"
+        "    {mode}autoscaling_config: {{min_replicas: 1, max_replicas: 8,"
+        " upscaling_factor: 2, smoothing_factor: 0.5}}\n"
+    )
+    path.write_text(body.format(mode=""))
+    result = run_cli("check-config", str(path), env=cli_env)
+    assert result.returncode == 0 and ": ok" in result.stdout
+    assert result.stderr.count("warning") == 1, result.stderr
+    assert (
+        f"{path}: warning: deployments[0].autoscaling_config: the scaling factor up is 2, "
+        "Ray's gain on the delta" in result.stderr
+    )
+    assert "stabilize.max_step_up_ratio" in result.stderr
+    path.write_text(body.format(mode="mode: ray-compatible\n    "))
+    result = run_cli("check-config", str(path), env=cli_env)
+    assert result.returncode == 0 and "warning" not in result.stderr, result.stderr
+
+
 BAD_CONFIGS = {
     "bounds": (
         "deployments:\n  - name: a/b\n    autoscaling:\n      min_replicas: 4\n      max_replicas: 2\n",

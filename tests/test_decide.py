@@ -6,6 +6,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -244,10 +245,68 @@ def test_no_scale_down_before_a_full_window_of_fresh_data_after_start() -> None:
     assert targets[-1] == 1
 
 
-def test_step_factors_bound_each_step() -> None:
-    cfg = make_cfg(autoscaling={"upscale_delay_s": 0, "upscaling_factor": 2.0, "max_replicas": 100})
-    targets, _ = run(cfg, [400.0] * 4, start_replicas=2)
+def test_step_caps_bound_each_step() -> None:
+    # 400/s at 10/s and ρ 0.8 wants 50; each step at most doubles the count.
+    cfg = make_cfg(
+        autoscaling={"upscale_delay_s": 0, "max_replicas": 100},
+        stabilize={"max_step_up_ratio": 2.0},
+    )
+    targets, state = run(cfg, [400.0] * 4, start_replicas=2)
     assert targets == [4, 8, 16, 32]
+    decision, _ = decide(observe(5.0, 400.0), state, cfg, 5.0)
+    assert decision.target_replicas == 50 and Reason.STEP_CAPPED not in decision.reasons
+    # Down from 50 at 8/s (wants 1; the first tick's 1 s look-back still holds a 400/s
+    # tick: 204/s wants 26): at least ⌊current/2⌋ stays, so 26, 13, 6, 3, then 1.
+    cfg = make_cfg(
+        autoscaling={"downscale_delay_s": 0, "look_back_period_s": 1, "max_replicas": 100},
+        stabilize={"min_step_down_ratio": 0.5},
+    )
+    _, state = run(cfg, [400.0] * 20, start_replicas=50)
+    targets, _ = run(cfg, [8.0] * 6, state=state, start_s=20)
+    assert targets == [26, 13, 6, 3, 1, 1]
+
+
+def test_ray_factors_are_a_gain_on_the_delta_in_autoscalerds_mode() -> None:
+    # Wants 50 from 2 with upscaling_factor 0.5: ceil(2 + 0.5·48) = 26, ceil(26 + 12) = 38,
+    # ceil(38 + 6) = 44, ceil(44 + 3) = 47, ceil(47 + 1.5) = 49, ceil(49 + 0.5) = 50.
+    up = make_cfg(autoscaling={"upscale_delay_s": 0, "max_replicas": 100, "upscaling_factor": 0.5})
+    targets, state = run(up, [400.0] * 6, start_replicas=2)
+    assert targets == [26, 38, 44, 47, 49, 50]
+    decision, _ = decide(observe(7.0, 400.0), state, up, 7.0)
+    assert decision.target_replicas == 50 and Reason.STEP_LIMITED not in decision.reasons
+    # Ray's deprecated fallbacks: upscale_smoothing_factor, then smoothing_factor.
+    for knobs in ({"upscale_smoothing_factor": 0.5}, {"smoothing_factor": 0.5}):
+        cfg = make_cfg(autoscaling={"upscale_delay_s": 0, "max_replicas": 100, **knobs})
+        assert run(cfg, [400.0] * 6, start_replicas=2)[0] == targets
+    # Down from 50 with downscaling_factor 0.5 (wants 26, then 1, as in the test above):
+    # ceil(50 − 12) = 38, ceil(38 − 18.5) = 20, 11, 6, 4, 3, 2, then ceil(2 − 0.5) = 2,
+    # stuck, where Ray steps down by one.
+    down = make_cfg(
+        autoscaling={
+            "downscale_delay_s": 0,
+            "look_back_period_s": 1,
+            "max_replicas": 100,
+            "downscaling_factor": 0.5,
+        }
+    )
+    _, state = run(down, [400.0] * 20, start_replicas=50)
+    targets, _ = run(down, [8.0] * 9, state=state, start_s=20)
+    assert targets == [38, 20, 11, 6, 4, 3, 2, 1, 1]
+    # A factor of 2 goes twice as far as the sizing asks: Ray's meaning, as pasted.
+    fast = make_cfg(autoscaling={"upscale_delay_s": 0, "max_replicas": 100, "upscaling_factor": 2})
+    _, state = run(fast, [80.0] * 3, start_replicas=10)
+    assert run(fast, [120.0], state=state, start_s=3)[0] == [20]  # wants 15: 10 + 2·5
+
+
+def test_the_ema_weight_smooths_the_sized_count() -> None:
+    # 80/s wants 10, then 400/s wants 50: 0.5·50 + 0.5·10 = 30, then 40, 45, 47.5 -> 48.
+    cfg = make_cfg(
+        autoscaling={"upscale_delay_s": 0, "max_replicas": 100}, stabilize={"ema_weight": 0.5}
+    )
+    _, state = run(cfg, [80.0] * 3, start_replicas=10)
+    targets, state = run(cfg, [400.0] * 4, state=state, start_s=3)
+    assert targets == [30, 40, 45, 48]
+    assert state.smoothed_replicas == pytest.approx(47.5)
 
 
 def waits(now_s: float, wait_s: float, requests: float = 100.0) -> Histogram:

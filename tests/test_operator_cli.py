@@ -224,6 +224,28 @@ def test_every_reason_code_has_a_sentence_even_without_numbers() -> None:
     assert f"  held or clipped by          {held}\n" in text
 
 
+def test_explain_names_ray_factors_after_their_fallbacks_and_the_step_caps() -> None:
+    decision = {
+        "target_replicas": 8,
+        "previous_replicas": 4,
+        "reasons": ["step_limited", "step_capped"],
+    }
+    config = {
+        "autoscaling": {"smoothing_factor": 0.5, "upscale_smoothing_factor": 0.8},
+        "stabilize": {"ema_weight": 1.0, "max_step_up_ratio": 2.0, "min_step_down_ratio": None},
+    }
+    text = operator_view.explain_text(decision, {"config": config})
+    assert (
+        "Ray's upscaling_factor / downscaling_factor (0.80/0.50) scaled the step from 4 "
+        "(a gain on the delta, as in Ray)." in text
+    )
+    assert (
+        "stabilize.max_step_up_ratio / min_step_down_ratio (2.00/-) capped the step from 4." in text
+    )
+    assert "  smoothed                    -  stabilize.ema_weight 1.00\n" in text
+    assert "Ray's factors (0.80/0.50) and step caps" in text
+
+
 def test_explain_of_a_stale_ray_compatible_decision_shows_dashes() -> None:
     decision = {
         "deployment": "a/b",

@@ -177,7 +177,8 @@ def test_a_gap_in_the_ticks_restarts_the_downscale_window() -> None:
 async def test_steps_are_not_compounded_on_a_target_that_never_landed() -> None:
     platform = Platform(rate_per_s=195.0)  # needs 20
     platform.actuator_up = False
-    daemon = controller(platform, config(upscaling_factor=1.2))
+    # Ray's gain on the delta: ceil(10 + 0.2·(20 − 10)) = 12 from the 10 running.
+    daemon = controller(platform, config(upscaling_factor=0.2))
     for tick in range(1, 8):
         await daemon.tick(float(tick))
     decision = daemon.deployments[NAME].last_decision

@@ -11,7 +11,7 @@ stages, each a module with one job, in the order of ARCHITECTURE.md §Decide v2:
     sizing.py        the smallest count whose predicted wait tail meets the SLO
     slo_guard.py     error-budget burn rates on the controllable wait -> headroom
                      (both hold waits against prompt_budgets.py's per-request budgets)
-    stabilize.py     the knobs: smoothing, upscale/downscale delay windows, step limits
+    stabilize.py     the knobs: smoothing, upscale/downscale delay windows, Ray's factors, step caps
     bounds.py        min/max replicas, scale to zero and activation
     fail_static.py   stale data, warm-up, SLO burn and cooldown stop a change
 
@@ -398,8 +398,8 @@ def decide(
         reasons.append(Reason.ACTIVATE_FROM_ZERO)
         return outcome.finish(target, reasons, base, next_state, now_s, float(replicas_raw))
 
-    # 6. The knobs: EMA, then the windowed delays, then the step limits.
-    smoothed = stabilize.smooth(replicas_raw, state.smoothed_replicas, a.smoothing_factor)
+    # 6. The knobs: EMA, then the windowed delays, Ray's factors, then the step caps.
+    smoothed = stabilize.smooth(replicas_raw, state.smoothed_replicas, cfg.stabilize.ema_weight)
     quiet_since_s = r.last_arrival_at_s if r.last_arrival_at_s is not None else state.started_at_s
     lowest = bounds.floor(a, quiet_since_s, now_s)
     recommendation = max(capacity.ceil_replicas(smoothed), lowest)
@@ -424,6 +424,10 @@ def decide(
     else:
         wanted, delay_reasons = stabilize.apply_delays(current, recommendations, now_s, a, tick_s)
     reasons.extend(delay_reasons)
+    # Ray's scaling factors: how far toward what the delays let through (identity at
+    # their default of 1).
+    wanted, factor_reasons = stabilize.scale_by_factors(current, wanted, a)
+    reasons.extend(factor_reasons)
 
     # 8. Fail static: what may stop the change.
     if guard_floor is not None and wanted < guard_floor:
@@ -447,7 +451,7 @@ def decide(
     if replacing > 0 and wanted < min(recommendation, current + replacing):
         wanted = min(recommendation, current + replacing)
 
-    wanted, step_reasons = stabilize.limit_step(current, wanted, a)
+    wanted, step_reasons = stabilize.limit_step(current, wanted, cfg.stabilize)
     reasons.extend(step_reasons)
 
     # 7. Bounds.

@@ -1,7 +1,11 @@
 """The knobs that turn a raw recommendation into a calm target, one visible function each.
 
-Order matters and is the order a reader needs: smoothing, delay windows, step limits,
-bounds. Each takes the current target and returns a count plus the reasons it applied.
+Order matters and is the order a reader needs: smoothing (`stabilize.ema_weight`), delay
+windows (`upscale_delay_s`, `downscale_delay_s`), Ray's scaling factors (a gain on the
+delta, as in Ray), the step caps (`stabilize.max_step_up_ratio`,
+`min_step_down_ratio`), then bounds. Each takes the current target and returns a count
+plus the reasons it applied. The delays decide whether the count moves; the factors and
+the caps, how far.
 """
 
 from __future__ import annotations
@@ -9,7 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from autoscalerd.config import AutoscalingConfig
+from autoscalerd.config import AutoscalingConfig, StabilizeConfig
+from autoscalerd.decide import ray_compat
 from autoscalerd.decide.capacity import tail
 from autoscalerd.model import Reason
 
@@ -70,17 +75,50 @@ def _covering(
     return list(tail(recommendations, start_s - 1e-9))
 
 
-def limit_step(current: int, wanted: int, cfg: AutoscalingConfig) -> tuple[int, tuple[Reason, ...]]:
-    """At most ⌈current·upscaling_factor⌉ up, at least ⌊current·downscaling_factor⌋ down.
+def scale_by_factors(
+    current: int, wanted: int, cfg: AutoscalingConfig
+) -> tuple[int, tuple[Reason, ...]]:
+    """Ray's `upscaling_factor` / `downscaling_factor`, as Ray 2.60 means them: a gain on
+    the delta, ceil(current + factor·(wanted − current)), the deprecated
+    `upscale_smoothing_factor` / `downscale_smoothing_factor` and `smoothing_factor` as
+    their fallbacks (default 1: the whole way), and Ray's one-down rule when a decrease
+    rounds back to the current count. Ray's own arithmetic (`ray_compat`), applied to the
+    count the delays let through. From zero there is nothing to scale (the activation
+    path starts replicas at once)."""
+    if wanted == current or current <= 0:
+        return wanted, ()
+    scaled, notes = ray_compat.apply_scaling_factors(float(wanted), current, _knobs(cfg))
+    return scaled, ((Reason.STEP_LIMITED,) if notes else ())
+
+
+def effective_factors(cfg: AutoscalingConfig) -> tuple[float, float]:
+    """Ray's (upscaling, downscaling) factors after its fallbacks."""
+    knobs = _knobs(cfg)
+    return knobs.effective_upscaling_factor, knobs.effective_downscaling_factor
+
+
+def _knobs(cfg: AutoscalingConfig) -> ray_compat.RayKnobs:
+    # Only the factor fields: the rest of Ray's knobs (bounds, delays) are not used here.
+    return ray_compat.RayKnobs(
+        upscaling_factor=cfg.upscaling_factor,
+        downscaling_factor=cfg.downscaling_factor,
+        smoothing_factor=cfg.smoothing_factor,
+        upscale_smoothing_factor=cfg.upscale_smoothing_factor,
+        downscale_smoothing_factor=cfg.downscale_smoothing_factor,
+    )
+
+
+def limit_step(current: int, wanted: int, cfg: StabilizeConfig) -> tuple[int, tuple[Reason, ...]]:
+    """At most ⌈current·max_step_up_ratio⌉ up, at least ⌊current·min_step_down_ratio⌋ down.
 
     Either way a step may always move by one replica, so small deployments are not stuck.
     """
-    if wanted > current and cfg.upscaling_factor is not None:
-        ceiling = max(current + 1, math.ceil(current * cfg.upscaling_factor))
+    if wanted > current and cfg.max_step_up_ratio is not None:
+        ceiling = max(current + 1, math.ceil(current * cfg.max_step_up_ratio))
         if wanted > ceiling:
-            return ceiling, (Reason.STEP_LIMITED,)
-    if wanted < current and cfg.downscaling_factor is not None:
-        floor = min(current - 1, math.floor(current * cfg.downscaling_factor))
+            return ceiling, (Reason.STEP_CAPPED,)
+    if wanted < current and cfg.min_step_down_ratio is not None:
+        floor = min(current - 1, math.floor(current * cfg.min_step_down_ratio))
         if wanted < floor:
-            return floor, (Reason.STEP_LIMITED,)
+            return floor, (Reason.STEP_CAPPED,)
     return wanted, ()
