@@ -66,10 +66,20 @@ class AutoscalingConfig(_Model):
     # Ray's deprecated fallback for both factors (after the per-direction ones below).
     smoothing_factor: float = Field(1.0, gt=0, le=1)
     look_back_period_s: float = Field(30.0, gt=0)
+    # How Ray reduces the request count over look_back_period_s before its rule sees it
+    # (Ray accepts the names in any case). The Ray-compatible mode applies it; in
+    # autoscalerd's mode the concurrency rule is only a reading, and it has no effect.
+    aggregation_function: Literal["mean", "max", "min"] = "mean"
     # Accepted so that Ray configs paste unchanged; autoscalerd senses every tick instead.
     metrics_interval_s: float | None = Field(None, gt=0)
     upscale_smoothing_factor: float | None = Field(None, gt=0, le=1000)
     downscale_smoothing_factor: float | None = Field(None, gt=0, le=1000)
+
+    @field_validator("aggregation_function", mode="before")
+    @classmethod
+    def _aggregation(cls, value: Any) -> Any:
+        # Ray lower-cases the name (AggregationFunction(str(v).lower())).
+        return value.lower() if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingConfig:
@@ -671,6 +681,13 @@ def _unknown_key(loc: list[Any], raw: Any) -> str:
     key = str(loc[-1])
     parent = _model_at(loc[:-1])
     hint = "remove it"
+    if parent is AutoscalingConfig and key == "policy":
+        # Ray's custom policy is code Ray's controller imports; autoscalerd cannot run it.
+        return (
+            f"{_path(loc)}: Ray's custom autoscaling policy does not run in autoscalerd; "
+            "remove it (autoscalerd's mode decides instead, or `mode: ray-compatible` for "
+            "Ray's default policy)"
+        )
     if parent is not None:
         hint = _did_you_mean(key, list(parent.model_fields), word="known keys") or hint
     return f"{_path(loc)}: unknown key; {hint}"
@@ -682,7 +699,7 @@ def _model_at(loc: list[Any], root: type[BaseModel] = Config) -> type[BaseModel]
     for part in loc:
         if isinstance(part, int):
             continue
-        field = model.model_fields.get(str(part))
+        field = model.model_fields.get(str(part)) or _field_by_alias(model, str(part))
         if field is None:
             return None
         annotation = field.annotation
@@ -694,6 +711,15 @@ def _model_at(loc: list[Any], root: type[BaseModel] = Config) -> type[BaseModel]
             return None
         model = nxt
     return model
+
+
+def _field_by_alias(model: type[BaseModel], name: str) -> Any:
+    """The field that `name` reaches by one of its alias choices (`autoscaling_config`)."""
+    for field in model.model_fields.values():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices) and name in alias.choices:
+            return field
+    return None
 
 
 def _path(loc: list[Any]) -> str:

@@ -67,6 +67,29 @@ def test_check_config_warns_of_ray_factors_above_one_in_autoscalerds_mode(
 
 
 BAD_CONFIGS = {
+    "ray_custom_policy": (
+        "deployments:\n  - name: a/b\n    autoscaling_config:\n"
+        "      policy: {policy_function: 'my.module:policy'}\n",
+        [
+            "deployments[0].autoscaling_config.policy: Ray's custom autoscaling policy does "
+            "not run in autoscalerd; remove it"
+        ],
+    ),
+    "pasted_typo": (
+        "deployments:\n  - name: a/b\n    autoscaling_config:\n      upscale_delay: 3\n",
+        [
+            "deployments[0].autoscaling_config.upscale_delay: unknown key; "
+            "did you mean 'upscale_delay_s'?"
+        ],
+    ),
+    "aggregation": (
+        "deployments:\n  - name: a/b\n    autoscaling_config:\n"
+        "      aggregation_function: median\n",
+        [
+            "deployments[0].autoscaling_config.aggregation_function: input should be "
+            "'mean', 'max' or 'min' (got 'median')"
+        ],
+    ),
     "bounds": (
         "deployments:\n  - name: a/b\n    autoscaling:\n      min_replicas: 4\n      max_replicas: 2\n",
         ["deployments[0].autoscaling.max_replicas: must be >= min_replicas (4)"],

@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from autoscalerd.config import DeploymentConfig
 from autoscalerd.decide.baselines.base import Bounds
 from autoscalerd.decide.baselines.ray_serve import RayServePolicy, RayServeSettings
@@ -23,8 +25,11 @@ from autoscalerd.sim.traces import TraceWindow, open_trace
 AZURE_2023 = Path(__file__).resolve().parents[1] / "data" / "traces" / "azure_llm_2023_code.csv"
 
 
-def test_ray_compatible_mode_matches_rays_policy_tick_for_tick() -> None:
-    knobs = RayServeSettings()
+@pytest.mark.parametrize("aggregation", ["mean", "max", "min"])
+def test_ray_compatible_mode_matches_rays_policy_tick_for_tick(aggregation: str) -> None:
+    # Ray's aggregation_function reduces the look-back window's request counts: the
+    # baseline runs Ray's own aggregate_timeseries for max and min.
+    knobs = RayServeSettings(aggregation_function=aggregation)
     cfg = DeploymentConfig.model_validate(
         {
             "name": "llm/ray",
@@ -39,9 +44,11 @@ def test_ray_compatible_mode_matches_rays_policy_tick_for_tick() -> None:
                 "upscaling_factor": knobs.upscaling_factor,
                 "downscaling_factor": knobs.downscaling_factor,
                 "look_back_period_s": knobs.look_back_period_s,
+                "aggregation_function": aggregation.upper(),
             },
         }
     )
+    assert cfg.autoscaling.aggregation_function == aggregation
     # A rate 4x the trace's, so Ray's rule has queues to scale on.
     trace = open_trace(AZURE_2023, window=TraceWindow(duration_s=900, rate_scale=4.0))
     ray = RayServePolicy(Bounds(1, 20), 2, knobs, "llm/ray")

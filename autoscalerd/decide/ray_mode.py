@@ -1,7 +1,8 @@
 """`mode: ray-compatible`: Ray Serve's default policy, driven from autoscalerd's inputs.
 
 What Ray's controller does before its policy runs, done here: ongoing plus queued
-requests averaged over `look_back_period_s`, the running replicas, the previous target.
+requests over `look_back_period_s`, reduced by `aggregation_function` (the mean of the
+tick's samples, or their peak or trough), the running replicas, the previous target.
 Then `ray_compat.ray_decide`, which reproduces Ray 2.60 tick for tick. The one rule added
 on top is autoscalerd's fail-static: with the request count or the replica count missing
 or stale, the target holds (Ray would decide on whatever it last heard), and with partial
@@ -52,7 +53,7 @@ def decide_ray_compatible(
         held = max(cfg.autoscaling.min_replicas, min(cfg.autoscaling.max_replicas, current))
         stale = (Reason.RAY_COMPATIBLE, Reason.STALE_DATA)
         return outcome.finish(held, stale, base, next_state, now_s)
-    total = sum(value for _, value in samples) / len(samples)
+    total = _aggregate([value for _, value in samples], cfg.autoscaling.aggregation_function)
     knobs = ray_compat.RayKnobs.from_autoscaling(cfg.autoscaling)
     target, ray_state, words = ray_compat.ray_decide(
         total, queued or 0.0, int(running), current, knobs, state.ray_policy, now_s
@@ -74,3 +75,12 @@ def decide_ray_compatible(
         target = current
         reasons.append(Reason.PARTIAL_DATA)
     return outcome.finish(target, reasons, base, next_state.with_(ray_policy=ray_state), now_s)
+
+
+def _aggregate(values: list[float], function: str) -> float:
+    """Ray's `aggregation_function` over the look-back window's samples (one a tick)."""
+    if function == "max":
+        return max(values)
+    if function == "min":
+        return min(values)
+    return sum(values) / len(values)

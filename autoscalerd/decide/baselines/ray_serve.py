@@ -40,6 +40,7 @@ class RayServeSettings:
     upscaling_factor: float = 2.0
     downscaling_factor: float = 0.5
     look_back_period_s: float = 30.0
+    aggregation_function: str = "mean"
 
 
 class SimulatedTime:
@@ -85,10 +86,14 @@ class RayServePolicy:
     ) -> None:
         # Imported here: importing Ray takes seconds, and only this policy needs it.
         from ray.serve import autoscaling_policy
-        from ray.serve._private.common import DeploymentID
-        from ray.serve.config import AutoscalingConfig, AutoscalingContext
+        from ray.serve._private.common import DeploymentID, TimeStampedValue
+        from ray.serve._private.metrics_utils import aggregate_timeseries
+        from ray.serve.config import AggregationFunction, AutoscalingConfig, AutoscalingContext
 
         self._module = autoscaling_policy
+        self._stamped = TimeStampedValue
+        self._aggregate_timeseries = aggregate_timeseries
+        self._aggregation = AggregationFunction
         self._context_type = AutoscalingContext
         self._bounds = bounds
         self._settings = settings
@@ -104,6 +109,7 @@ class RayServePolicy:
             upscaling_factor=settings.upscaling_factor,
             downscaling_factor=settings.downscaling_factor,
             look_back_period_s=settings.look_back_period_s,
+            aggregation_function=settings.aggregation_function,
         )
         # What AutoscalingState.update_deployment installs for the default policy.
         self._policy = autoscaling_policy._apply_autoscaling_config(
@@ -117,6 +123,18 @@ class RayServePolicy:
         self._last_scale_up_s: float | None = None
         self._last_scale_down_s: float | None = None
 
+    def _aggregate(self, samples: list[tuple[float, float]]) -> float:
+        """The look-back window's samples reduced as Ray's controller reduces them: the
+        mean of the tick's samples (Ray's time-weighted mean of a series sampled once a
+        tick), or Ray's own `aggregate_timeseries` for `max` and `min`."""
+        if self._config.aggregation_function == self._aggregation.MEAN:
+            return sum(v for _, v in samples) / len(samples)
+        series = [self._stamped(at_s, v) for at_s, v in samples]
+        # Ray's validator has made the field an AggregationFunction already.
+        function = self._aggregation(self._config.aggregation_function)
+        reduced = self._aggregate_timeseries(series, function)
+        return 0.0 if reduced is None else float(reduced)
+
     def step(self, obs: Observation, now_s: float) -> int:
         queued = value(obs, "queued_requests")
         total = value(obs, "ongoing_requests") + queued
@@ -124,8 +142,8 @@ class RayServePolicy:
         samples.append((now_s, total, queued))
         while samples[0][0] <= now_s - self._settings.look_back_period_s:
             samples.popleft()
-        total_mean = sum(s[1] for s in samples) / len(samples)
-        queued_mean = sum(s[2] for s in samples) / len(samples)
+        total_mean = self._aggregate([(s[0], s[1]) for s in samples])
+        queued_mean = self._aggregate([(s[0], s[2]) for s in samples])
         target = int(value(obs, "platform_target_replicas", self._target))
         context = self._context_type(
             deployment_id=self._deployment_id,
