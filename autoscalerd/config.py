@@ -63,8 +63,9 @@ class AutoscalingConfig(_Model):
     # takes any factor > 0; past a thousand the step overflows, and no one means it.
     upscaling_factor: float | None = Field(None, gt=0, le=1000)
     downscaling_factor: float | None = Field(None, gt=0, le=1000)
-    # Ray's deprecated fallback for both factors (after the per-direction ones below).
-    smoothing_factor: float = Field(1.0, gt=0, le=1)
+    # Ray's deprecated fallback for both factors (after the per-direction ones below):
+    # any factor > 0, as Ray takes it (2 doubles each step's delta).
+    smoothing_factor: float = Field(1.0, gt=0, le=1000)
     look_back_period_s: float = Field(30.0, gt=0)
     # How Ray reduces the request count over look_back_period_s before its rule sees it
     # (Ray accepts the names in any case). The Ray-compatible mode applies it; in

@@ -293,9 +293,11 @@ def test_ray_factors_are_a_gain_on_the_delta_in_autoscalerds_mode() -> None:
     targets, _ = run(down, [8.0] * 9, state=state, start_s=20)
     assert targets == [38, 20, 11, 6, 4, 3, 2, 1, 1]
     # A factor of 2 goes twice as far as the sizing asks: Ray's meaning, as pasted.
-    fast = make_cfg(autoscaling={"upscale_delay_s": 0, "max_replicas": 100, "upscaling_factor": 2})
-    _, state = run(fast, [80.0] * 3, start_replicas=10)
-    assert run(fast, [120.0], state=state, start_s=3)[0] == [20]  # wants 15: 10 + 2·5
+    # Ray takes any positive smoothing_factor as the fallback gain, 2 included.
+    for knobs in ({"upscaling_factor": 2}, {"smoothing_factor": 2.0}):
+        fast = make_cfg(autoscaling={"upscale_delay_s": 0, "max_replicas": 100, **knobs})
+        _, state = run(fast, [80.0] * 3, start_replicas=10)
+        assert run(fast, [120.0], state=state, start_s=3)[0] == [20]  # wants 15: 10 + 2·5
 
 
 def test_the_ema_weight_smooths_the_sized_count() -> None:
