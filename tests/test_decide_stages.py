@@ -1011,3 +1011,15 @@ def test_backlog_at_landing_grows_only_while_arrivals_outrun_what_runs() -> None
     assert capacity.backlog_at_landing_requests(40.0, 30.0, None, 65.0) == 40.0
     # ⌈690 / (12 · 30)⌉
     assert capacity.replicas_for_backlog(690.0, 12.0, 30.0) == 2
+
+
+def test_the_utilization_rule_counts_by_hand_and_bounds_what_overflows() -> None:
+    # ⌈λ/(ρμ)⌉: 20/(0.8·9.5) = 2.63 -> 3; 7.6/(0.8·9.5) = 1 (+ float noise) -> 1; no load, 0.
+    assert sizing.by_utilization(20.0, 9.5, 0.8).replicas == 3
+    assert sizing.by_utilization(7.6, 9.5, 0.8).replicas == 1
+    assert sizing.by_utilization(0.0, 9.5, 0.8).replicas == 0
+    assert sizing.by_utilization(20.0, 9.5, 0.8).slot_utilization == pytest.approx(20 / 28.5)
+    # A ρ·μ whose quotient overflows (ρ = 5e-324, as a config may say) or whose product
+    # underflows to zero: the largest count, for the bounds to clip, never an error.
+    for rho, mu in ((5e-324, 9.5), (1e-30, 1e-300)):
+        assert sizing.by_utilization(20.0, mu, rho).replicas == 10**9

@@ -66,8 +66,14 @@ def derate(kv_cache_usage_ratio: float | None, above: float) -> float:
 def replicas_for_rate(
     arrival_rate_per_s: float, service_rate_per_s: float, target_utilization: float
 ) -> int:
-    """⌈λ / (ρ·μ)⌉."""
-    return ceil_replicas(arrival_rate_per_s / (target_utilization * service_rate_per_s))
+    """⌈λ / (ρ·μ)⌉. A tiny ρ·μ (each only > 0 by config) can make the quotient overflow,
+    or the product underflow to zero: the count is then bounded as every count is."""
+    if arrival_rate_per_s <= 0:
+        return 0
+    per_replica_per_s = target_utilization * service_rate_per_s
+    if not per_replica_per_s > 0:
+        return ceil_replicas(math.inf)
+    return ceil_replicas(arrival_rate_per_s / per_replica_per_s)
 
 
 def replicas_for_backlog(queued: float, service_rate_per_s: float, drain_s: float) -> int:

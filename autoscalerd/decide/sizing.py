@@ -66,7 +66,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from statistics import NormalDist
 
-from autoscalerd.decide import prompt_budgets
+from autoscalerd.decide import capacity, prompt_budgets
 from autoscalerd.decide.replica_model import ReplicaView
 
 _NORMAL = NormalDist()
@@ -336,8 +336,11 @@ def by_utilization(
     arrival_rate_per_s: float, service_rate_per_s: float, target_utilization: float
 ) -> Sizing:
     """⌈λ / (ρ·μ)⌉: the classic rule (`capacity.sizing: utilization`), kept to compare."""
-    replicas = math.ceil(arrival_rate_per_s / (target_utilization * service_rate_per_s) - 1e-9)
-    utilization = arrival_rate_per_s / (max(1, replicas) * service_rate_per_s)
+    replicas = capacity.replicas_for_rate(
+        arrival_rate_per_s, service_rate_per_s, target_utilization
+    )
+    served_per_s = max(1, replicas) * service_rate_per_s
+    utilization = arrival_rate_per_s / served_per_s if served_per_s > 0 else math.inf
     return Sizing(max(0, replicas), "utilization", math.nan, None, utilization)
 
 
