@@ -6,6 +6,8 @@ dominate it (none is the goal), and the best peer. `--sensitivity` adds the tabl
 replica-model priors x0.5 and x2 and the cold start x0.5 and x2.
 
     .venv/bin/python benchmarks/backtest_matrix.py [--traces DIR] [--sensitivity]
+    .venv/bin/python benchmarks/backtest_matrix.py --random-models 8 --seed 0 \
+        --only azure-2023-code mooncake mooncake-conv   # replica models nobody chose
 
 The traces are those of data/traces (or --traces DIR); the 2024 week is replayed
 for its first `--week-duration` (default 6h), its token lengths drawn from the 2023 file;
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import random
 import sys
 from pathlib import Path
 
@@ -76,6 +80,38 @@ MORE_MODELS: dict[str, ReplicaModel] = {
     ),
 }
 MODELS = {**REPLICA_PRESETS, **MORE_MODELS}
+
+
+def random_models(count: int, seed: int) -> dict[str, ReplicaModel]:
+    """`count` replica models drawn at random (`--random-models`), reproducible from
+    `seed`: held out by construction. Each parameter is drawn over the range of what
+    serves LLMs today, log-uniform where it spans orders of magnitude: 8-256 slots,
+    prefill 5,000-160,000 tokens/s, 5-50 ms per output token at batch 1 and 1.5-4x that
+    at a full batch, a cold start of 10 s to 10 minutes, 1-8 GPUs."""
+    rng = random.Random(seed)
+    models: dict[str, ReplicaModel] = {}
+    for index in range(count):
+        tpot_batch1_s = 10 ** rng.uniform(math.log10(0.005), math.log10(0.05))
+        models[f"random-{index}"] = ReplicaModel(
+            max_ongoing_requests=rng.choice([8, 16, 32, 64, 128, 256]),
+            prefill_tokens_per_s=round(10 ** rng.uniform(math.log10(5_000), math.log10(160_000))),
+            tpot_batch1_s=round(tpot_batch1_s, 4),
+            tpot_full_batch_s=round(tpot_batch1_s * rng.uniform(1.5, 4.0), 4),
+            cold_start_s=round(10 ** rng.uniform(1.0, math.log10(600.0))),
+            gpus_per_replica=rng.choice([1, 2, 4, 8]),
+        )
+    return models
+
+
+def describe(model: ReplicaModel) -> str:
+    return (
+        f"{model.max_ongoing_requests} slots, prefill {model.prefill_tokens_per_s:,.0f} "
+        f"tokens/s, {1000 * model.tpot_batch1_s:g}-{1000 * model.tpot_full_batch_s:g} ms per "
+        f"output token, cold start {model.cold_start_s:g} s, {model.gpus_per_replica} "
+        f"GPU{'s' if model.gpus_per_replica > 1 else ''}"
+    )
+
+
 # The WorldCup98 file's flash crowds: hours 343-348 (1998-05-18, 07:00-12:00).
 FLASH_START_S = 343 * 3600.0
 FLASH_DURATION_S = 5 * 3600.0
@@ -193,6 +229,14 @@ def main() -> int:
         help="replica presets (default: the two developed on; 32b-2gpu and 405b-8gpu are held "
         "out, and so are the benchmark's own tiny-fast, decode-bound and slow-start)",
     )
+    parser.add_argument(
+        "--random-models",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N replica models drawn at random (random_models) instead of --presets",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="for --random-models")
     parser.add_argument("--sensitivity", action="store_true")
     parser.add_argument(
         "--held-out-slices",
@@ -205,6 +249,14 @@ def main() -> int:
         help="add the classic rule ⌈λ/(ρ·μ)⌉ (capacity.sizing: utilization) for comparison",
     )
     args = parser.parse_args()
+    if args.random_models < 0:
+        parser.error(f"--random-models must be ≥ 0, got {args.random_models}")
+    drawn = random_models(args.random_models, args.seed)
+    MODELS.update(drawn)
+    if drawn:
+        args.presets = list(drawn)
+        for name, model in drawn.items():
+            print(f"# {name} (seed {args.seed}): {describe(model)}")
     config = load_config(args.config)
     base_cfg = config.deployments[0] if config.deployments else config.deployment("llm/backtest")
     header = (
