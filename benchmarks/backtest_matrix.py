@@ -89,15 +89,19 @@ def random_models(count: int, seed: int) -> dict[str, ReplicaModel]:
     prefill 5,000-160,000 tokens/s, 5-50 ms per output token at batch 1 and 1.5-4x that
     at a full batch, a cold start of 10 s to 10 minutes, 1-8 GPUs."""
     rng = random.Random(seed)
+
+    def log_uniform(low: float, high: float) -> float:
+        return float(10 ** rng.uniform(math.log10(low), math.log10(high)))
+
     models: dict[str, ReplicaModel] = {}
     for index in range(count):
-        tpot_batch1_s = 10 ** rng.uniform(math.log10(0.005), math.log10(0.05))
+        tpot_batch1_s = log_uniform(0.005, 0.05)
         models[f"random-{index}"] = ReplicaModel(
             max_ongoing_requests=rng.choice([8, 16, 32, 64, 128, 256]),
-            prefill_tokens_per_s=round(10 ** rng.uniform(math.log10(5_000), math.log10(160_000))),
+            prefill_tokens_per_s=round(log_uniform(5_000, 160_000)),
             tpot_batch1_s=round(tpot_batch1_s, 4),
             tpot_full_batch_s=round(tpot_batch1_s * rng.uniform(1.5, 4.0), 4),
-            cold_start_s=round(10 ** rng.uniform(1.0, math.log10(600.0))),
+            cold_start_s=round(log_uniform(10.0, 600.0)),
             gpus_per_replica=rng.choice([1, 2, 4, 8]),
         )
     return models
