@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import math
+import pickle
 import random
 import sys
 from pathlib import Path
@@ -189,16 +191,81 @@ def open_cell(path: Path, window: TraceWindow, tokens: str, directory: Path) -> 
     return open_trace(str(path), None, window, sampler)
 
 
+# What the peers and the frontiers run: the simulator, the peers' policies, the types
+# they exchange and the config they read. A cached reference is used only while these
+# sources are byte for byte those it was computed on (`reference_key`);
+# tests/test_backtest_matrix.py checks that a peers-only backtest calls no other code.
+REFERENCE_SOURCES = (
+    "autoscalerd/sim",
+    "autoscalerd/decide/baselines",
+    "autoscalerd/model.py",
+    "autoscalerd/config.py",
+    "autoscalerd/sense/moments.py",
+    "autoscalerd/bucket_shape.py",
+)
+
+
+def reference_key(
+    path: Path, window: TraceWindow, tokens: str, cfg: DeploymentConfig,
+    settings: BacktestSettings, directory: Path,
+) -> str:  # fmt: skip
+    """A digest of everything a cell's reference (peers and frontiers) depends on: the
+    sources in REFERENCE_SOURCES, the trace (and the token file it borrows), the window,
+    the replica model and settings, and the deployment config."""
+    digest = hashlib.sha256()
+    for source in REFERENCE_SOURCES:
+        root = ROOT / source
+        for file in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            digest.update(str(file.relative_to(ROOT)).encode())
+            digest.update(file.read_bytes())
+    digest.update(Path(path).read_bytes())
+    if tokens == "2023":
+        digest.update((directory / "azure_llm_2023_code.csv").read_bytes())
+    digest.update(repr((window, tokens, settings, PEERS)).encode())
+    digest.update(cfg.model_dump_json().encode())
+    return digest.hexdigest()[:40]
+
+
+def cached_reference(cache: Path, key: str) -> BacktestResult | None:
+    """The reference stored under `key`, or None (absent or unreadable: recomputed)."""
+    file = cache / f"{key}.pickle"
+    if not file.exists():
+        return None
+    try:
+        loaded = pickle.loads(file.read_bytes())
+    except Exception as exc:  # a torn or foreign file: recompute, say so
+        print(f"# {file}: unreadable ({type(exc).__name__}); recomputing", file=sys.stderr)
+        return None
+    return loaded if isinstance(loaded, BacktestResult) else None
+
+
+def store_reference(cache: Path, key: str, result: BacktestResult) -> None:
+    cache.mkdir(parents=True, exist_ok=True)
+    file = cache / f"{key}.pickle"
+    partial = file.with_suffix(".partial")
+    partial.write_bytes(pickle.dumps(result))
+    partial.replace(file)
+
+
 def run_one(
     name: str, path: Path, window: TraceWindow, tokens: str, cfg: DeploymentConfig,
     settings: BacktestSettings, directory: Path, reference: BacktestResult | None = None,
+    cache: Path | None = None,
 ) -> tuple[dict[str, object], BacktestResult]:  # fmt: skip
-    """One trace under one setting. With `reference` (the same trace, replica and cold
-    start, other priors), the peers and frontiers are taken from it: they do not depend
-    on autoscalerd's priors, and each costs a simulation."""
+    """One trace under one setting: its row, and the reference it was compared with (the
+    full run's result when it made its own). With `reference` (the same trace, replica
+    and cold start, other priors), the peers and frontiers are taken from it: they do not
+    depend on autoscalerd's priors, and each costs a simulation. With `cache`, a reference
+    computed before on the same sources, trace and settings is taken from it, and one
+    computed here is stored in it."""
     trace = open_cell(path, window, tokens, directory)
+    key = reference_key(path, window, tokens, cfg, settings, directory) if cache else None
+    if reference is None and cache is not None and key is not None:
+        reference = cached_reference(cache, key)
     if reference is None:
         result = run_backtest(trace, PEERS, cfg, settings)
+        if cache is not None and key is not None:
+            store_reference(cache, key, result)
         ours = result.row("autoscalerd")
         peers = [r for r in result.rows if r.policy in PEERS[1:]]
     else:
@@ -206,11 +273,13 @@ def run_one(
             trace, ["autoscalerd"], cfg, dataclasses.replace(settings, frontiers=False)
         )
         peers = [r for r in reference.rows if r.policy in PEERS[1:]]
-        ours = compare_with_frontiers(
-            [result.row("autoscalerd"), *peers],
-            reference.static_frontier,
-            reference.oracle_frontier,
-        )[0]
+        # Every row a full run compares with: the peers, and this run's static peak and
+        # oracle (the same simulations as the reference's).
+        compared = compare_with_frontiers(
+            [*result.rows, *peers], reference.static_frontier, reference.oracle_frontier
+        )
+        ours = next(r for r in compared if r.policy == "autoscalerd")
+    compared_with = result if reference is None else reference
     best = max(peers, key=lambda r: (r.slo_attainment_ttft or 0.0, -r.replica_seconds))
     attainable = result.attainable_ttft or 0.0
     return {
@@ -225,7 +294,7 @@ def run_one(
         "dominated_by": ",".join(ours.dominated_by) or "-",
         "best_peer": f"{best.policy} {100 * (best.slo_attainment_ttft or 0):.2f}% "
         f"x{best.cost_vs_oracle_at_equal_attainment or 0:.2f}",
-    }, result
+    }, compared_with
 
 
 def main() -> int:
@@ -260,6 +329,14 @@ def main() -> int:
         "--held-out-traces",
         action="store_true",
         help="replay the real traces no decision was developed on (held_out_traces) instead",
+    )
+    parser.add_argument(
+        "--reference-cache",
+        type=Path,
+        metavar="DIR",
+        help="keep each cell's peers and frontiers in DIR and reuse them while the "
+        "simulator, the peers, the trace and the settings are unchanged (a rerun after a "
+        "change of autoscalerd's decisions then simulates autoscalerd alone)",
     )
     parser.add_argument(
         "--utilization",
@@ -325,7 +402,7 @@ def main() -> int:
                         ),
                     }
                 )
-                row, result = run_one(
+                row, compared_with = run_one(
                     name,
                     path,
                     window,
@@ -334,9 +411,10 @@ def main() -> int:
                     BacktestSettings(replica=replica),
                     args.traces,
                     reference=shipped if cold_x == 1.0 else None,
+                    cache=args.reference_cache,
                 )
                 if label == "as shipped":
-                    shipped = result
+                    shipped = compared_with
                 share = row["share_of_attainable"]
                 ratio = row["cost_vs_oracle_eq"]
                 print(
