@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import hashlib
 import math
+import os
 import pickle
 import random
 import sys
@@ -240,10 +241,12 @@ def cached_reference(cache: Path, key: str) -> BacktestResult | None:
 
 
 def store_reference(cache: Path, key: str, result: BacktestResult) -> None:
+    """Store `result` under `key`, without its per-tick series (a reference is read for
+    its rows and frontiers); written whole or not at all, so runs may share a cache."""
     cache.mkdir(parents=True, exist_ok=True)
     file = cache / f"{key}.pickle"
-    partial = file.with_suffix(".partial")
-    partial.write_bytes(pickle.dumps(result))
+    partial = cache / f"{key}.{os.getpid()}.partial"
+    partial.write_bytes(pickle.dumps(dataclasses.replace(result, series={})))
     partial.replace(file)
 
 

@@ -82,6 +82,7 @@ def test_a_cached_reference_gives_the_full_runs_row(
     # The peers and the frontiers came from the cache: autoscalerd alone was simulated.
     assert runs == [["autoscalerd"]]
     assert reference.static_frontier and any(r.policy == "hpa" for r in reference.rows)
+    assert reference.series == {}  # stored without the per-tick series
     assert reused == full
 
 
