@@ -262,8 +262,9 @@ def run_one(
     computed before on the same sources, trace and settings is taken from it, and one
     computed here is stored in it."""
     trace = open_cell(path, window, tokens, directory)
-    key = reference_key(path, window, tokens, cfg, settings, directory) if cache else None
-    if reference is None and cache is not None and key is not None:
+    key = None
+    if reference is None and cache is not None:
+        key = reference_key(path, window, tokens, cfg, settings, directory)
         reference = cached_reference(cache, key)
     if reference is None:
         result = run_backtest(trace, PEERS, cfg, settings)
