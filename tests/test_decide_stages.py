@@ -137,6 +137,20 @@ def test_a_clump_of_several_ticks_is_sized_by_its_window() -> None:
     assert sizing.size(view(), shorter, 64).replicas == math.ceil(120 * 0.1 / 2.5)
 
 
+def test_a_clump_finds_slots_by_the_renewal_count() -> None:
+    # Prefill is instant and a request holds its slot 5 s (100 tokens at 50 ms). 1
+    # request/s keeps 5 slots busy; a clump of 50 within 4 s must find slots within
+    # 4 + 1 s, one slot time: each free slot takes one at once and every slot, free or
+    # busy, frees once more in expectation, so R replicas of 10 slots offer
+    # (10R − 5) + 10R: 3 replicas (55), where 2 offer 35.
+    model = view(prefill_tokens_per_s=1e6, output_tokens_mean=100.0, tpot_batch1_s=0.05)
+    inputs = sizing.SizingInputs(1.0, 0.0, 1.0, 1.0, 0.05, clumps=((4.0, 50.0),))
+    sized = sizing.size(model, inputs, 64)
+    assert sized.replicas == 3
+    assert sized.binding == "burst"
+    assert sizing.size(model, dataclasses.replace(inputs, clumps=((4.0, 56.0),)), 64).replicas == 4
+
+
 def test_clumps_are_counted_per_window_and_outlast_a_lull() -> None:
     """On-off traffic: 100 requests in each of 4 consecutive ticks every 300 s, nothing
     between. By request weight every request arrives in a 1-tick window of 100 and a 4-tick

@@ -264,14 +264,18 @@ def _fits(
     slot_s: float,
 ) -> bool:
     """Whether `requests` arriving within `span_s` are prefilled in it by the replicas
-    (one prefill at a time each, the router spreading them) and find a slot in it: one
-    the steady load leaves free (reused if slots turn over faster than that), or a busy
-    one once it finishes (the share that do within a short span; over a long one, each
-    turns over as often as a free one, less half a turn for the request it holds)."""
+    (one prefill at a time each, the router spreading them) and find a slot in it.
+
+    The slots a span offers, in expectation, with slot times exponential about their mean
+    (the renewal count): each slot the steady load leaves free takes a request at once,
+    and every slot, free or busy, frees `span_s / slot_s` times over the span (a busy
+    slot's remaining time has the same mean as a whole one: memoryless). So
+    `(servers − offered) + servers·turns`. A fixed slot time offers no fewer (a free slot
+    serves 1 + ⌊turns⌋, a busy one at least ⌊turns⌋)."""
     if model.prefill_s is not None and requests / replicas * model.prefill_s / factor > span_s:
         return False
     turns = span_s / slot_s if slot_s > 0 else math.inf
-    available = (servers - offered) * max(1.0, turns) + offered * max(min(1.0, turns), turns - 0.5)
+    available = (servers - offered) + servers * turns
     return requests <= available
 
 
