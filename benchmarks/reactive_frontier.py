@@ -13,6 +13,8 @@ asks for foresight, not for better sizing; one where some plan does shows what a
 rule could still gain.
 
     .venv/bin/python benchmarks/reactive_frontier.py worldcup98-flash 8b-1gpu
+    .venv/bin/python benchmarks/reactive_frontier.py azure-2023-code 8b-1gpu \
+        --utilizations 0.1 0.15 0.2 --holds 0 300 600 900 1800
 
 One simulation per oracle utilisation and per (u, hold): about 45 s per preset for the
 WorldCup98 flash crowds on one core. Trace names are those of
@@ -48,7 +50,27 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace", help="a trace name of benchmarks/backtest_matrix.py")
     parser.add_argument("preset", choices=sorted(REPLICA_PRESETS))
+    parser.add_argument(
+        "--utilizations",
+        type=float,
+        nargs="+",
+        default=list(UTILIZATIONS),
+        metavar="U",
+        help="the oracle utilisations whose per-minute counts the plans hold (0 < U ≤ 1)",
+    )
+    parser.add_argument(
+        "--holds",
+        type=float,
+        nargs="+",
+        default=list(HOLDS_S),
+        metavar="S",
+        help="how long, in seconds, each plan holds a finished minute's count (≥ 0)",
+    )
     args = parser.parse_args()
+    if any(not 0.0 < u <= 1.0 for u in args.utilizations):
+        parser.error(f"--utilizations must lie in (0, 1], got {args.utilizations}")
+    if any(not math.isfinite(h) or h < 0.0 for h in args.holds):
+        parser.error(f"--holds must be seconds ≥ 0, got {args.holds}")
     directory = ROOT / "data" / "traces"
     cells = {
         name: (path, window, tokens) for name, path, window, tokens in traces(directory, 6 * 3600.0)
@@ -91,9 +113,9 @@ def main() -> int:
     )
     print("oracle frontier: " + ", ".join(f"{100 * a:.3f} % for {c:,.0f}" for a, c in frontier))
     print(f"{'u':>4} {'hold_s':>7} {'attained':>9} {'replica_s':>10} {'x oracle=':>9}")
-    for utilization in UTILIZATIONS:
+    for utilization in args.utilizations:
         needed = replicas_needed(demand, replica, utilization)
-        for hold_s in HOLDS_S:
+        for hold_s in args.holds:
             # Minute b holds the most that minutes b-1-k .. b-1 needed (the first minute's
             # need stands in before the trace).
             k = math.ceil(hold_s / demand.bucket_s)
