@@ -9,7 +9,8 @@ wall time is reported because a shared machine slows the wall clock, not the wor
 
     .venv/bin/python benchmarks/backtest_speed.py                  # the whole week
     .venv/bin/python benchmarks/backtest_speed.py --duration 1d --policy autoscalerd
-    .venv/bin/python benchmarks/backtest_speed.py --duration 2h --profile autoscalerd
+    .venv/bin/python benchmarks/backtest_speed.py --duration 2h --profile autoscalerd \
+        --profile-out /tmp/decide.prof   # the whole profile, for pstats' callers/callees
 """
 
 from __future__ import annotations
@@ -74,6 +75,12 @@ def main() -> int:
     parser.add_argument("--rate-scale", type=float, default=1.0)
     parser.add_argument("--policy", nargs="+", default=list(POLICIES), choices=POLICIES)
     parser.add_argument("--profile", choices=POLICIES, help="cProfile one policy's run instead")
+    parser.add_argument(
+        "--profile-out",
+        type=Path,
+        metavar="FILE",
+        help="with --profile, also write the whole profile to FILE (pstats format)",
+    )
     parser.add_argument("--no-pin", action="store_true", help="do not pin to one CPU")
     args = parser.parse_args()
 
@@ -107,6 +114,8 @@ def main() -> int:
     if args.profile:
         profiler = cProfile.Profile()
         profiler.runcall(simulate, args.profile, trace, ctx, demand, settings, look_back_s)
+        if args.profile_out:
+            profiler.dump_stats(args.profile_out)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
         return 0
 

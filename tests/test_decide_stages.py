@@ -843,6 +843,50 @@ def test_late_waits_hold_each_wait_against_its_own_requests_budget() -> None:
     assert slo_guard.late_waits(waits, prompts, None, 10_000.0) is None
 
 
+def test_the_guards_bisected_count_above_reads_what_the_histogram_does() -> None:
+    # slo_guard reads a hundred budgets a tick from one wait histogram, skipping the
+    # buckets below each by bisection: the same counts as Histogram.count_above to the
+    # last bit, at every kind of limit (0, negative, on a bound, inside a bucket, past the
+    # last bound) and for whole or fractional counts, and the histogram's own reading
+    # where the bounds do not ascend.
+    rng = np.random.default_rng(7)
+    for case in range(200):
+        bounds = tuple(float(b) for b in np.cumsum(rng.uniform(0.01, 2.0, rng.integers(0, 9))))
+        size = len(bounds) + 1
+        raw = rng.integers(0, 50, size) if case % 2 == 0 else rng.uniform(0, 50, size)
+        waits = Histogram(bounds, tuple(float(c) for c in raw), 0.0)
+        reader = slo_guard._count_above(waits)
+        limits = [-1.0, 0.0, *bounds, *(rng.uniform(0.0, 1.2 * (bounds[-1] if bounds else 1.0), 8))]
+        for limit in limits:
+            assert reader(float(limit)) == waits.count_above(float(limit))
+    unsorted = Histogram((0.5, 0.1, 1.0), (1.0, 2.0, 3.0, 4.0), 0.0)
+    assert slo_guard._count_above(unsorted) == unsorted.count_above
+
+
+def test_the_two_term_late_share_is_the_tails_own_arithmetic() -> None:
+    # sizing._late_two_terms writes WaitTail.above_uniform out over the budget pieces and
+    # reuses each shared edge's exponentials: the same floats, to the last bit, including
+    # rates so small that a piece is read at its lower edge and tails that pass 1.
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        lows = np.sort(rng.uniform(0.0, 20_000.0, 4))
+        shares = rng.dirichlet(np.ones(3))
+        mix = (
+            *((float(lows[k]), float(lows[k + 1]), float(shares[k])) for k in range(3)),
+            (float(lows[-1]), math.inf, 0.05),
+        )
+        budgets = prompt_budgets.attainable_budgets(mix, 1.0, float(rng.uniform(5_000, 50_000)))
+        terms = tuple(
+            (float(rng.uniform(0.0, 1.5)), float(10.0 ** rng.uniform(-12.0, 2.0))) for _ in range(2)
+        )
+        tail = sizing.WaitTail(terms)
+        attainable = late = 0.0
+        for part, low_s, high_s in budgets:
+            attainable += part
+            late += part * tail.above_uniform(low_s, high_s)
+        assert sizing._late_two_terms(terms, budgets) == (attainable, late)
+
+
 def test_the_guard_counts_waits_before_ttft_less_prefill() -> None:
     # A long-prompt tick: every TTFT is over 1 s, and the prompt histogram puts 40 % of
     # its 10,000-20,000 bucket below 16,000 tokens (1 s at 16,000 tokens/s). From TTFT,

@@ -8,6 +8,7 @@ burst-ratio bin), so old evidence fades at the same rate in numerator and denomi
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
 
@@ -23,10 +24,11 @@ class Sums:
         if self.updated_at_s is None or now_s <= self.updated_at_s:
             return self.values
         keep = math.exp(-(now_s - self.updated_at_s) / memory_s)
-        return tuple(v * keep for v in self.values)
+        # map over the float methods: the burst histograms' hundreds of bins each tick.
+        return tuple(map(keep.__mul__, self.values))
 
     def add(self, now_s: float, memory_s: float, *deltas: float) -> Sums:
         values = self.decayed(now_s, memory_s)
-        return Sums(
-            tuple(v + d for v, d in zip(values, deltas, strict=True)), self.samples + 1, now_s
-        )
+        if len(deltas) != len(values):
+            raise ValueError(f"{len(deltas)} deltas for {len(values)} sums")
+        return Sums(tuple(map(operator.add, values, deltas)), self.samples + 1, now_s)

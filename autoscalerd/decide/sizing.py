@@ -135,7 +135,14 @@ def predicted_tail(
 ) -> tuple[float, float | None, float, bool]:
     """(share of requests late for a reason replicas fix, prefill ρ, slot utilisation,
     burst fits) at `replicas`."""
-    lam = inputs.arrival_rate_per_s
+    return _predicted_at(model, inputs, replicas, inputs.arrival_rate_per_s)
+
+
+def _predicted_at(
+    model: ReplicaView, inputs: SizingInputs, replicas: int, lam: float
+) -> tuple[float, float | None, float, bool]:
+    """predicted_tail with the arrival rate `lam` in place of the inputs' (the mixture
+    asks at each of its rates, without a copy of the inputs for each)."""
     budget_s = inputs.wait_budget_s
     factor = max(1e-3, inputs.capacity_factor)
     terms: list[tuple[float, float]] = []
@@ -188,7 +195,7 @@ def _mixture_late(model: ReplicaView, inputs: SizingInputs, replicas: int) -> fl
     late = 0.0
     left = 1.0
     for rate_per_s, share in inputs.rate_mix:
-        here = predicted_tail(model, replace(steady, arrival_rate_per_s=rate_per_s), replicas)[0]
+        here = _predicted_at(model, steady, replicas, rate_per_s)[0]
         late += share * here
         left -= share
         if here * left < _MIXTURE_NEGLIGIBLE * inputs.tail_share:
@@ -296,12 +303,50 @@ def _late_share(tail: WaitTail, model: ReplicaView, inputs: SizingInputs, factor
     late = 0.0
     attainable = 0.0
     budgets = prompt_budgets.attainable_budgets(model.prompt_mix, ttft_s, speed * factor)
-    for part, low_s, high_s in budgets:
-        attainable += part
-        late += part * tail.above_uniform(low_s, high_s)
+    if len(tail.terms) == 2:
+        attainable, late = _late_two_terms(tail.terms, budgets)
+    else:
+        for part, low_s, high_s in budgets:
+            attainable += part
+            late += part * tail.above_uniform(low_s, high_s)
     if attainable <= 0.0:
         return 0.0  # every prompt takes longer than the SLO to prefill: no count helps
     return min(1.0, late / attainable)
+
+
+def _late_two_terms(
+    terms: tuple[tuple[float, float], ...], budgets: tuple[tuple[float, float, float], ...]
+) -> tuple[float, float]:
+    """(attainable share, late share) over the budget pieces for the usual tail of two
+    terms (prefill queue and slots): `WaitTail.above_uniform` for each piece, written out
+    with the same arithmetic, and each piece's upper edge, the lower edge of the piece
+    before it, taken from that piece's exponentials. Most of a decision's time is here
+    (benchmarks/backtest_speed.py)."""
+    exp = math.exp
+    (w1, r1), (w2, r2) = terms
+    attainable = late = 0.0
+    edge_s = math.nan
+    edge1 = edge2 = 0.0
+    for part, low_s, high_s in budgets:
+        attainable += part
+        low1 = exp(-r1 * low_s)
+        low2 = exp(-r2 * low_s)
+        if high_s <= low_s:
+            total = w1 * low1 + w2 * low2
+        else:
+            width = high_s - low_s
+            if high_s == edge_s:
+                high1, high2 = edge1, edge2
+            else:
+                high1, high2 = exp(-r1 * high_s), exp(-r2 * high_s)
+            span1 = r1 * width
+            span2 = r2 * width
+            first = w1 * low1 if span1 < 1e-9 else w1 * (low1 - high1) / span1
+            second = w2 * low2 if span2 < 1e-9 else w2 * (low2 - high2) / span2
+            total = first + second
+        edge_s, edge1, edge2 = low_s, low1, low2
+        late += part * (total if total < 1.0 else 1.0)
+    return attainable, late
 
 
 def size(model: ReplicaView, inputs: SizingInputs, max_replicas: int) -> Sizing:
@@ -438,6 +483,7 @@ def _prefill_queue(
     return rho, mg1_wait_s, occupied
 
 
+@lru_cache(maxsize=1024)
 def _poisson_at_least(mean: float, count: int) -> float:
     """P(N ≥ count) for N ~ Poisson(mean): the requests in the system (M/G/∞) when the
     slots are far from full, which is when an empty replica can exist at all."""
