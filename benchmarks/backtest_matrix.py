@@ -27,6 +27,7 @@ import os
 import pickle
 import random
 import sys
+from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 
 from autoscalerd.config import DeploymentConfig, load_config
@@ -34,6 +35,7 @@ from autoscalerd.sim.backtest import (
     BacktestResult,
     BacktestSettings,
     compare_with_frontiers,
+    complete_static_frontier,
     run_backtest,
 )
 from autoscalerd.sim.cluster import REPLICA_PRESETS, ReplicaModel
@@ -250,22 +252,45 @@ def store_reference(cache: Path, key: str, result: BacktestResult) -> None:
     partial.replace(file)
 
 
+def reference_of(
+    path: Path, window: TraceWindow, tokens: str, cfg: DeploymentConfig,
+    settings: BacktestSettings, directory: Path,
+) -> BacktestResult:  # fmt: skip
+    """A cell's reference alone: the peers, static peak, the oracle and the frontiers,
+    without autoscalerd (run_one's work for a pool's process)."""
+    trace = open_cell(path, window, tokens, directory)
+    return dataclasses.replace(run_backtest(trace, PEERS[1:], cfg, settings), series={})
+
+
 def run_one(
     name: str, path: Path, window: TraceWindow, tokens: str, cfg: DeploymentConfig,
     settings: BacktestSettings, directory: Path, reference: BacktestResult | None = None,
-    cache: Path | None = None,
+    cache: Path | None = None, pool: Executor | None = None,
 ) -> tuple[dict[str, object], BacktestResult]:  # fmt: skip
     """One trace under one setting: its row, and the reference it was compared with (the
     full run's result when it made its own). With `reference` (the same trace, replica
     and cold start, other priors), the peers and frontiers are taken from it: they do not
     depend on autoscalerd's priors, and each costs a simulation. With `cache`, a reference
     computed before on the same sources, trace and settings is taken from it, and one
-    computed here is stored in it."""
+    computed here is stored in it. With `pool`, a reference computed here runs in the
+    pool while autoscalerd runs in this process: the same row, in about the time of the
+    longer of the two."""
     trace = open_cell(path, window, tokens, directory)
     key = None
     if reference is None and cache is not None:
         key = reference_key(path, window, tokens, cfg, settings, directory)
         reference = cached_reference(cache, key)
+    alone = dataclasses.replace(settings, frontiers=False)
+    if reference is None and pool is not None:
+        # The reference in the pool's process while autoscalerd runs in this one; then
+        # the same comparison as with a cached reference.
+        pending = pool.submit(reference_of, path, window, tokens, cfg, settings, directory)
+        result = run_backtest(trace, ["autoscalerd"], cfg, alone)
+        reference = pending.result()
+        if cache is not None and key is not None:
+            store_reference(cache, key, reference)
+    elif reference is not None:
+        result = run_backtest(trace, ["autoscalerd"], cfg, alone)
     if reference is None:
         result = run_backtest(trace, PEERS, cfg, settings)
         if cache is not None and key is not None:
@@ -273,14 +298,13 @@ def run_one(
         ours = result.row("autoscalerd")
         peers = [r for r in result.rows if r.policy in PEERS[1:]]
     else:
-        result = run_backtest(
-            trace, ["autoscalerd"], cfg, dataclasses.replace(settings, frontiers=False)
-        )
         peers = [r for r in reference.rows if r.policy in PEERS[1:]]
         # Every row a full run compares with: the peers, and this run's static peak and
-        # oracle (the same simulations as the reference's).
+        # oracle (the same simulations as the reference's); the static frontier with the
+        # count just below this run's cost, as a full run samples it.
+        statics = complete_static_frontier(trace, result, reference.static_frontier, cfg)
         compared = compare_with_frontiers(
-            [*result.rows, *peers], reference.static_frontier, reference.oracle_frontier
+            [*result.rows, *peers], statics, reference.oracle_frontier
         )
         ours = next(r for r in compared if r.policy == "autoscalerd")
     compared_with = result if reference is None else reference
@@ -347,6 +371,14 @@ def main() -> int:
         action="store_true",
         help="add the classic rule ⌈λ/(ρ·μ)⌉ (capacity.sizing: utilization) for comparison",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        choices=(1, 2),
+        help="2: compute a cell's reference in a second process while autoscalerd runs "
+        "(the same rows on two cores in about the time of the longer part)",
+    )
     args = parser.parse_args()
     if args.random_models < 0:
         parser.error(f"--random-models must be ≥ 0, got {args.random_models}")
@@ -377,59 +409,70 @@ def main() -> int:
         cells = held_out_traces(args.traces)
     else:
         cells = traces(args.traces, args.week_duration)
-    for name, path, window, tokens in cells:
-        if args.only and name not in args.only:
-            continue
-        for preset in args.presets:
-            shipped: BacktestResult | None = None
-            for label, prior_x, cold_x in variants:
-                replica = MODELS[preset]
-                replica = dataclasses.replace(replica, cold_start_s=replica.cold_start_s * cold_x)
-                priors = base_cfg.replica_model
-                cfg = base_cfg.model_copy(
-                    update={
-                        "replica_model": priors.model_copy(
-                            update={
-                                "prefill_tokens_per_s": priors.prefill_tokens_per_s * prior_x,
-                                "tpot_batch1_s": priors.tpot_batch1_s * prior_x,
-                                "tpot_full_batch_s": priors.tpot_full_batch_s * prior_x,
-                                "prompt_tokens": priors.prompt_tokens * prior_x,
-                                "output_tokens": priors.output_tokens * prior_x,
-                            }
-                        ),
-                        # The operator states the replica's start time; nothing else.
-                        "capacity": base_cfg.capacity.model_copy(
-                            update={
-                                "cold_start_s": replica.cold_start_s,
-                                "sizing": "utilization" if label.startswith("rule") else "model",
-                            }
-                        ),
-                    }
-                )
-                row, compared_with = run_one(
-                    name,
-                    path,
-                    window,
-                    tokens,
-                    cfg,
-                    BacktestSettings(replica=replica),
-                    args.traces,
-                    reference=shipped if cold_x == 1.0 else None,
-                    cache=args.reference_cache,
-                )
-                if label == "as shipped":
-                    shipped = compared_with
-                share = row["share_of_attainable"]
-                ratio = row["cost_vs_oracle_eq"]
-                print(
-                    f"{name:<20} {preset:<9} {label:<14} {100 * float(row['attained']):>8.2f}% "  # type: ignore[arg-type]
-                    f"{100 * float(row['attainable']):>9.2f}% "  # type: ignore[arg-type]
-                    f"{'-' if share is None else f'{100 * float(share):.1f}%':>7} "  # type: ignore[arg-type]
-                    f"{'-' if ratio is None else f'{float(ratio):.2f}':>9} "  # type: ignore[arg-type]
-                    f"{float(row['cost_vs_static_peak'] or 0):>8.2f}  "  # type: ignore[arg-type]
-                    f"{row['dominated_by']} / {row['best_peer']}",
-                    flush=True,
-                )
+    # A second process for references when asked: one worker, so two cores at most.
+    pool = ProcessPoolExecutor(max_workers=1) if args.jobs == 2 else None
+    try:
+        for name, path, window, tokens in cells:
+            if args.only and name not in args.only:
+                continue
+            for preset in args.presets:
+                shipped: BacktestResult | None = None
+                for label, prior_x, cold_x in variants:
+                    replica = MODELS[preset]
+                    replica = dataclasses.replace(
+                        replica, cold_start_s=replica.cold_start_s * cold_x
+                    )
+                    priors = base_cfg.replica_model
+                    cfg = base_cfg.model_copy(
+                        update={
+                            "replica_model": priors.model_copy(
+                                update={
+                                    "prefill_tokens_per_s": priors.prefill_tokens_per_s * prior_x,
+                                    "tpot_batch1_s": priors.tpot_batch1_s * prior_x,
+                                    "tpot_full_batch_s": priors.tpot_full_batch_s * prior_x,
+                                    "prompt_tokens": priors.prompt_tokens * prior_x,
+                                    "output_tokens": priors.output_tokens * prior_x,
+                                }
+                            ),
+                            # The operator states the replica's start time; nothing else.
+                            "capacity": base_cfg.capacity.model_copy(
+                                update={
+                                    "cold_start_s": replica.cold_start_s,
+                                    "sizing": "utilization"
+                                    if label.startswith("rule")
+                                    else "model",
+                                }
+                            ),
+                        }
+                    )
+                    row, compared_with = run_one(
+                        name,
+                        path,
+                        window,
+                        tokens,
+                        cfg,
+                        BacktestSettings(replica=replica),
+                        args.traces,
+                        reference=shipped if cold_x == 1.0 else None,
+                        cache=args.reference_cache,
+                        pool=pool,
+                    )
+                    if label == "as shipped":
+                        shipped = compared_with
+                    share = row["share_of_attainable"]
+                    ratio = row["cost_vs_oracle_eq"]
+                    print(
+                        f"{name:<20} {preset:<9} {label:<14} {100 * float(row['attained']):>8.2f}% "  # type: ignore[arg-type]
+                        f"{100 * float(row['attainable']):>9.2f}% "  # type: ignore[arg-type]
+                        f"{'-' if share is None else f'{100 * float(share):.1f}%':>7} "  # type: ignore[arg-type]
+                        f"{'-' if ratio is None else f'{float(ratio):.2f}':>9} "  # type: ignore[arg-type]
+                        f"{float(row['cost_vs_static_peak'] or 0):>8.2f}  "  # type: ignore[arg-type]
+                        f"{row['dominated_by']} / {row['best_peer']}",
+                        flush=True,
+                    )
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     return 0
 
 

@@ -1,10 +1,12 @@
 """benchmarks/backtest_matrix.py's reference cache: a cell rerun on a cached reference
-prints what a full run prints, and the cache is keyed on everything the reference runs."""
+prints what a full run prints, so does one whose reference ran in a second process, and
+the cache is keyed on everything the reference runs."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
@@ -27,6 +29,8 @@ def _matrix() -> ModuleType:
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # Registered, so that a pool's process finds its functions by name.
+    sys.modules["backtest_matrix"] = module
     spec.loader.exec_module(module)
     return module
 
@@ -84,6 +88,35 @@ def test_a_cached_reference_gives_the_full_runs_row(
     assert reference.static_frontier and any(r.policy == "hpa" for r in reference.rows)
     assert reference.series == {}  # stored without the per-tick series
     assert reused == full
+
+
+def test_a_reference_computed_in_a_second_process_gives_the_full_runs_row(
+    tmp_path: Path,
+) -> None:
+    cfg, settings = _cell()
+    full, _ = _run(cfg, settings, None)
+    cache = tmp_path / "references"
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        split, reference = bm.run_one(
+            "azure-2023-code",
+            TRACES / "azure_llm_2023_code.csv",
+            WINDOW,
+            "own",
+            cfg,
+            settings,
+            TRACES,
+            cache=cache,
+            pool=pool,
+        )
+    assert split == full
+    # The pool's reference holds the peers and the frontiers, not autoscalerd, and it is
+    # stored: a later run takes it from the cache and prints the same row.
+    assert {r.policy for r in reference.rows} >= {"ray-serve", "hpa", "kpa"}
+    assert all(r.policy != "autoscalerd" for r in reference.rows)
+    assert reference.static_frontier and reference.oracle_frontier
+    assert len(list(cache.glob("*.pickle"))) == 1
+    again, _ = _run(cfg, settings, cache)
+    assert again == full
 
 
 def test_the_key_follows_the_settings_and_a_bad_file_is_recomputed(

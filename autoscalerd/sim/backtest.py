@@ -404,21 +404,7 @@ def _frontiers(
     look_back_s = ctx.cfg.autoscaling.look_back_period_s
 
     def static(replicas: int) -> FrontierPoint:
-        row, _ = simulate_policy(
-            StaticPolicy(f"static-{replicas}", replicas),
-            replicas,
-            trace,
-            demand,
-            settings,
-            look_back_s,
-        )
-        return FrontierPoint(
-            f"static-{replicas}",
-            replicas,
-            None,
-            row.slo_attainment_ttft or 0.0,
-            row.replica_seconds,
-        )
+        return _static_point(replicas, trace, demand, settings, look_back_s)
 
     sampled = {replicas: static(replicas) for replicas in counts}
 
@@ -437,19 +423,7 @@ def _frontiers(
         while meeting is not None and meeting - failing > 1:
             probe = (failing + meeting) // 2
             failing, meeting = (failing, probe) if meets(probe) else (probe, meeting)
-    # Per policy, the largest count that costs no more than it: with attainment rising
-    # in the count, the static point most likely to dominate it. A count's cost is at
-    # least its replicas times the trace (more where a backlog outlasts the trace).
-    per_replica_s = min(p.replica_seconds / (p.replicas or 1) for p in sampled.values())
-    for row in rows:
-        if row.policy in REFERENCES or per_replica_s <= 0:
-            continue
-        replicas = min(bounds.max_replicas, int(row.replica_seconds // per_replica_s))
-        while replicas >= 1:
-            meets(replicas)
-            if sampled[replicas].replica_seconds <= row.replica_seconds:
-                break
-            replicas -= 1
+    _add_points_below(rows, sampled, static, bounds.max_replicas)
     statics = [sampled[replicas] for replicas in sorted(sampled)]
     oracles = []
     for utilization in settings.oracle_utilizations:
@@ -474,6 +448,75 @@ def _frontiers(
             )
         )
     return tuple(statics), tuple(oracles)
+
+
+def _static_point(
+    replicas: int,
+    trace: Trace,
+    demand: DemandProfile,
+    settings: BacktestSettings,
+    look_back_s: float,
+) -> FrontierPoint:
+    """`replicas` held from the first second to the last: a static frontier point."""
+    row, _ = simulate_policy(
+        StaticPolicy(f"static-{replicas}", replicas),
+        replicas,
+        trace,
+        demand,
+        settings,
+        look_back_s,
+    )
+    return FrontierPoint(
+        f"static-{replicas}", replicas, None, row.slo_attainment_ttft or 0.0, row.replica_seconds
+    )
+
+
+def _add_points_below(
+    rows: Sequence[PolicyResult],
+    sampled: dict[int, FrontierPoint],
+    static: Callable[[int], FrontierPoint],
+    max_replicas: int,
+) -> None:
+    """Per policy, the largest count that costs no more than it, simulated into `sampled`
+    where missing: with attainment rising in the count, the static point most likely to
+    dominate it. A count's cost is at least its replicas times the trace (more where a
+    backlog outlasts the trace), so the walk starts at the policy's cost over the cheapest
+    per-replica cost sampled and goes down."""
+    if not sampled:
+        return
+    per_replica_s = min(p.replica_seconds / (p.replicas or 1) for p in sampled.values())
+    for row in rows:
+        if row.policy in REFERENCES or per_replica_s <= 0:
+            continue
+        replicas = min(max_replicas, int(row.replica_seconds // per_replica_s))
+        while replicas >= 1:
+            if replicas not in sampled:
+                sampled[replicas] = static(replicas)
+            if sampled[replicas].replica_seconds <= row.replica_seconds:
+                break
+            replicas -= 1
+
+
+def complete_static_frontier(
+    trace: Trace,
+    result: BacktestResult,
+    static_frontier: Sequence[FrontierPoint],
+    cfg: DeploymentConfig,
+) -> tuple[FrontierPoint, ...]:
+    """`static_frontier` (a reference computed with other rows: the peers, or another
+    version of a policy) with the static point most likely to dominate each of
+    `result`'s rows added, simulated over `trace` where the frontier lacks it. Without
+    it, a policy whose cost changed since the reference was computed is compared with no
+    count between the reference's samples, and a fixed count that dominates it can go
+    unseen."""
+    sampled = {p.replicas: p for p in static_frontier if p.replicas is not None}
+    look_back_s = cfg.autoscaling.look_back_period_s
+
+    def static(replicas: int) -> FrontierPoint:
+        return _static_point(replicas, trace, result.demand, result.settings, look_back_s)
+
+    _add_points_below(result.rows, sampled, static, cfg.autoscaling.max_replicas)
+    return tuple(sampled[replicas] for replicas in sorted(sampled))
 
 
 def compare_with_frontiers(
