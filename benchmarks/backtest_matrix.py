@@ -325,6 +325,48 @@ def run_one(
     }, compared_with
 
 
+# Each row's variant: its label, the factor on the replica-model priors and the factor
+# on the cold start (the rule's row sizes by ⌈λ/(ρμ)⌉ instead of the model).
+VARIANTS: list[tuple[str, float, float]] = [
+    ("as shipped", 1.0, 1.0),
+    ("rule λ/(ρμ)", 1.0, 1.0),
+    ("priors x0.5", 0.5, 1.0),
+    ("priors x2", 2.0, 1.0),
+    ("cold start x0.5", 1.0, 0.5),
+    ("cold start x2", 1.0, 2.0),
+]
+
+
+def variant_cell(
+    base_cfg: DeploymentConfig, replica: ReplicaModel, label: str, prior_x: float, cold_x: float
+) -> tuple[DeploymentConfig, ReplicaModel]:
+    """A row's deployment config and simulated replica: `replica` with its cold start
+    scaled by `cold_x`, the config's priors scaled by `prior_x`."""
+    replica = dataclasses.replace(replica, cold_start_s=replica.cold_start_s * cold_x)
+    priors = base_cfg.replica_model
+    cfg = base_cfg.model_copy(
+        update={
+            "replica_model": priors.model_copy(
+                update={
+                    "prefill_tokens_per_s": priors.prefill_tokens_per_s * prior_x,
+                    "tpot_batch1_s": priors.tpot_batch1_s * prior_x,
+                    "tpot_full_batch_s": priors.tpot_full_batch_s * prior_x,
+                    "prompt_tokens": priors.prompt_tokens * prior_x,
+                    "output_tokens": priors.output_tokens * prior_x,
+                }
+            ),
+            # The operator states the replica's start time; nothing else.
+            "capacity": base_cfg.capacity.model_copy(
+                update={
+                    "cold_start_s": replica.cold_start_s,
+                    "sizing": "utilization" if label.startswith("rule") else "model",
+                }
+            ),
+        }
+    )
+    return cfg, replica
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=ROOT / "data" / "traces")
@@ -395,12 +437,11 @@ def main() -> int:
         f"{'share':>7} {'x oracle=':>9} {'x static':>8}  dominated_by / best peer"
     )
     print(header)
-    variants: list[tuple[str, float, float]] = [("as shipped", 1.0, 1.0)]
+    variants = [VARIANTS[0]]
     if args.utilization:
-        variants.append(("rule λ/(ρμ)", 1.0, 1.0))
+        variants.append(VARIANTS[1])
     if args.sensitivity:
-        variants += [("priors x0.5", 0.5, 1.0), ("priors x2", 2.0, 1.0)]
-        variants += [("cold start x0.5", 1.0, 0.5), ("cold start x2", 1.0, 2.0)]
+        variants += VARIANTS[2:]
     if args.held_out_slices and args.held_out_traces:
         parser.error("--held-out-slices and --held-out-traces are two runs: give one")
     if args.held_out_slices:
@@ -418,33 +459,7 @@ def main() -> int:
             for preset in args.presets:
                 shipped: BacktestResult | None = None
                 for label, prior_x, cold_x in variants:
-                    replica = MODELS[preset]
-                    replica = dataclasses.replace(
-                        replica, cold_start_s=replica.cold_start_s * cold_x
-                    )
-                    priors = base_cfg.replica_model
-                    cfg = base_cfg.model_copy(
-                        update={
-                            "replica_model": priors.model_copy(
-                                update={
-                                    "prefill_tokens_per_s": priors.prefill_tokens_per_s * prior_x,
-                                    "tpot_batch1_s": priors.tpot_batch1_s * prior_x,
-                                    "tpot_full_batch_s": priors.tpot_full_batch_s * prior_x,
-                                    "prompt_tokens": priors.prompt_tokens * prior_x,
-                                    "output_tokens": priors.output_tokens * prior_x,
-                                }
-                            ),
-                            # The operator states the replica's start time; nothing else.
-                            "capacity": base_cfg.capacity.model_copy(
-                                update={
-                                    "cold_start_s": replica.cold_start_s,
-                                    "sizing": "utilization"
-                                    if label.startswith("rule")
-                                    else "model",
-                                }
-                            ),
-                        }
-                    )
+                    cfg, replica = variant_cell(base_cfg, MODELS[preset], label, prior_x, cold_x)
                     row, compared_with = run_one(
                         name,
                         path,

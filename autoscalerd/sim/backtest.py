@@ -481,9 +481,9 @@ def _add_points_below(
     where missing: with attainment rising in the count, the static point most likely to
     dominate it. A count's cost is at least its replicas times the trace (more where a
     backlog outlasts the trace), so the walk starts at the policy's cost over the cheapest
-    per-replica cost sampled and goes down."""
+    per-replica cost sampled (one replica's, where nothing was) and goes down."""
     if not sampled:
-        return
+        sampled[1] = static(1)
     per_replica_s = min(p.replica_seconds / (p.replicas or 1) for p in sampled.values())
     for row in rows:
         if row.policy in REFERENCES or per_replica_s <= 0:
