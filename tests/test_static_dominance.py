@@ -88,3 +88,27 @@ def test_an_unreadable_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     )
     assert gone.returncode == 2
     assert "cannot read" in gone.stdout and "Traceback" not in gone.stderr
+
+
+def test_the_walk_starts_high_enough_where_few_replicas_leave_a_backlog(tmp_path: Path) -> None:
+    """Random model 0 on Azure 2023: one replica's backlog outlasts the trace (3,512
+    replica-seconds over 3,458 s), so starting the walk from one replica's cost lands on
+    static-32; static-33 (114,114 replica-seconds, 90.94 %) is the count below the row's
+    cost (6.63 times static peak's 17,300) that dominates it."""
+    table = tmp_path / "random.txt"
+    row = (
+        "azure-2023-code      random-0  as shipped        90.77%     91.29%   99.4%      "
+        "0.86     6.63  {} / ray-serve 67.07% x1.18\n"
+    )
+    table.write_text(
+        "# random-0 (seed 0): 64 slots, prefill 5,753 tokens/s\n" + HEADER + row.format("-")
+    )
+    run = [sys.executable, str(SCRIPT), str(table)]
+    missed = subprocess.run(run, capture_output=True, text=True, timeout=300, check=False)
+    assert missed.returncode == 1, missed.stderr
+    assert "MISSED static-33" in missed.stdout
+    table.write_text(
+        "# random-0 (seed 0): 64 slots, prefill 5,753 tokens/s\n" + HEADER + row.format("static-33")
+    )
+    named = subprocess.run(run, capture_output=True, text=True, timeout=300, check=False)
+    assert named.returncode == 0, named.stdout

@@ -423,7 +423,7 @@ def _frontiers(
         while meeting is not None and meeting - failing > 1:
             probe = (failing + meeting) // 2
             failing, meeting = (failing, probe) if meets(probe) else (probe, meeting)
-    _add_points_below(rows, sampled, static, bounds.max_replicas)
+    _add_points_below(rows, sampled, static, bounds.max_replicas, demand.duration_s)
     statics = [sampled[replicas] for replicas in sorted(sampled)]
     oracles = []
     for utilization in settings.oracle_utilizations:
@@ -476,19 +476,19 @@ def _add_points_below(
     sampled: dict[int, FrontierPoint],
     static: Callable[[int], FrontierPoint],
     max_replicas: int,
+    duration_s: float,
 ) -> None:
     """Per policy, the largest count that costs no more than it, simulated into `sampled`
     where missing: with attainment rising in the count, the static point most likely to
-    dominate it. A count's cost is at least its replicas times the trace (more where a
-    backlog outlasts the trace), so the walk starts at the policy's cost over the cheapest
-    per-replica cost sampled (one replica's, where nothing was) and goes down."""
-    if not sampled:
-        sampled[1] = static(1)
-    per_replica_s = min(p.replica_seconds / (p.replicas or 1) for p in sampled.values())
+    dominate it. A count holds its replicas for the whole trace, so it costs at least its
+    replicas times the trace's duration (more where a backlog outlasts the trace): the
+    walk starts at the policy's cost over the duration and goes down."""
+    if duration_s <= 0:
+        return
     for row in rows:
-        if row.policy in REFERENCES or per_replica_s <= 0:
+        if row.policy in REFERENCES:
             continue
-        replicas = min(max_replicas, int(row.replica_seconds // per_replica_s))
+        replicas = min(max_replicas, int(row.replica_seconds // duration_s))
         while replicas >= 1:
             if replicas not in sampled:
                 sampled[replicas] = static(replicas)
@@ -515,7 +515,9 @@ def complete_static_frontier(
     def static(replicas: int) -> FrontierPoint:
         return _static_point(replicas, trace, result.demand, result.settings, look_back_s)
 
-    _add_points_below(result.rows, sampled, static, cfg.autoscaling.max_replicas)
+    _add_points_below(
+        result.rows, sampled, static, cfg.autoscaling.max_replicas, result.demand.duration_s
+    )
     return tuple(sampled[replicas] for replicas in sorted(sampled))
 
 
