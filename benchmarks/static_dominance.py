@@ -36,6 +36,7 @@ from autoscalerd.sim.backtest import (
     complete_static_frontier,
     run_backtest,
 )
+from autoscalerd.sim.traces import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = re.compile(
@@ -116,8 +117,8 @@ def main() -> int:
     }
     variants = {label: (prior_x, cold_x) for label, prior_x, cold_x in bm.VARIANTS}
     missed = False
-    # Static peak per trace and replica model: the rows of one cell share it.
-    references: dict[tuple[str, str, float], BacktestResult] = {}
+    # The trace and static peak per trace and replica model: the rows of a cell share them.
+    references: dict[tuple[str, str, float], tuple[Trace, BacktestResult]] = {}
     for file in args.files:
         try:
             lines = file.read_text().splitlines()
@@ -141,13 +142,13 @@ def main() -> int:
                 continue
             prior_x, cold_x = variants[label]
             cfg, replica = bm.variant_cell(base_cfg, bm.MODELS[preset], label, prior_x, cold_x)
-            path, window, tokens = cells[name]
-            trace = bm.open_cell(path, window, tokens, args.traces)
             key = (name, preset, cold_x)
             if key not in references:
+                path, window, tokens = cells[name]
+                trace = bm.open_cell(path, window, tokens, args.traces)
                 settings = BacktestSettings(replica=replica, frontiers=False)
-                references[key] = run_backtest(trace, [], cfg, settings)
-            reference = references[key]
+                references[key] = (trace, run_backtest(trace, [], cfg, settings))
+            trace, reference = references[key]
             static_peak = reference.row("static-peak")
             cost_s = float(row["static_x"]) * static_peak.replica_seconds
             rounding_s = STATIC_X_ROUNDING * static_peak.replica_seconds

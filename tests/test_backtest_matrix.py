@@ -52,7 +52,12 @@ def _cell(preset: str = "8b-1gpu") -> tuple[DeploymentConfig, BacktestSettings]:
     return cfg, BacktestSettings(replica=replica)
 
 
-def _run(cfg: DeploymentConfig, settings: BacktestSettings, cache: Path | None) -> Any:
+def _run(
+    cfg: DeploymentConfig,
+    settings: BacktestSettings,
+    cache: Path | None,
+    pool: ProcessPoolExecutor | None = None,
+) -> Any:
     return bm.run_one(
         "azure-2023-code",
         TRACES / "azure_llm_2023_code.csv",
@@ -62,6 +67,7 @@ def _run(cfg: DeploymentConfig, settings: BacktestSettings, cache: Path | None) 
         settings,
         TRACES,
         cache=cache,
+        pool=pool,
     )
 
 
@@ -97,17 +103,7 @@ def test_a_reference_computed_in_a_second_process_gives_the_full_runs_row(
     full, _ = _run(cfg, settings, None)
     cache = tmp_path / "references"
     with ProcessPoolExecutor(max_workers=1) as pool:
-        split, reference = bm.run_one(
-            "azure-2023-code",
-            TRACES / "azure_llm_2023_code.csv",
-            WINDOW,
-            "own",
-            cfg,
-            settings,
-            TRACES,
-            cache=cache,
-            pool=pool,
-        )
+        split, reference = _run(cfg, settings, cache, pool)
     assert split == full
     # The pool's reference holds the peers and the frontiers, not autoscalerd, and it is
     # stored: a later run takes it from the cache and prints the same row.
