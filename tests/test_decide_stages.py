@@ -60,6 +60,39 @@ def test_prefill_queue_tail_is_pollaczek_khinchine_by_hand() -> None:
     assert sized.replicas == 2 and sized.binding == "prefill"
 
 
+def test_steady_queue_is_the_tail_the_prediction_reads_and_none_when_overloaded() -> None:
+    # The case above by hand: at 1 replica the prefill term is (1 − e⁻¹)·0.5 at rate
+    # ρ/E[W] = 5/s. A slot is held for the prefill and the mean prefill wait the engine
+    # adds, 0.1 + (1 − e⁻¹)·0.1 s (no output tokens here), so a = 5 of those, of 10
+    # slots: the slots' term decays at (10 − a)/slot time. P(wait > 0.5 s) is the
+    # prediction's tail.
+    steady = sizing.steady_queue(view(), 5.0, 1, 1.0, 0.5)
+    slot_s = 0.1 + (1 - math.exp(-1.0)) * 0.1
+    assert steady.tail is not None and steady.rho == pytest.approx(0.5)
+    assert steady.servers == 10 and steady.slot_s == pytest.approx(slot_s, rel=1e-9)
+    assert steady.offered == pytest.approx(5.0 * slot_s, rel=1e-9)
+    assert steady.utilization == pytest.approx(5.0 * slot_s / 10, rel=1e-9)
+    prefill_weight, prefill_rate = steady.tail.terms[0]
+    assert prefill_weight == pytest.approx((1 - math.exp(-1.0)) * 0.5, rel=1e-9)
+    assert prefill_rate == pytest.approx(5.0, rel=1e-9)
+    assert steady.tail.terms[1][1] == pytest.approx((10 - 5.0 * slot_s) / slot_s, rel=1e-9)
+    late, _, _, _ = sizing.predicted_tail(view(), sizing.SizingInputs(5.0, 1.0, 1.0, 0.5, 0.05), 1)
+    assert steady.tail.above(0.5) == pytest.approx(late, rel=1e-6)
+    # Short waits are likelier than long ones, and every wait is a share.
+    assert 1.0 >= steady.tail.above(0.0) > steady.tail.above(0.1) > steady.tail.above(0.5)
+    # Prefill work beyond what the engines do (ρ = 12·0.1 = 1.2): no tail, the
+    # prediction's overload.
+    over = sizing.steady_queue(view(), 12.0, 1, 1.0, 0.5)
+    assert over.tail is None and over.rho == pytest.approx(1.2) and over.utilization == 1.0
+    assert (
+        sizing.predicted_tail(view(), sizing.SizingInputs(12.0, 1.0, 1.0, 0.5, 0.05), 1)[0] == 1.0
+    )
+    # Slots short (instant prefill, 100 tokens at 50 ms: 20 requests/s offer 100 slots of 10).
+    slotted = view(prefill_tokens_per_s=1e9, output_tokens_mean=100.0, tpot_batch1_s=0.05)
+    full = sizing.steady_queue(slotted, 20.0, 1, 1.0, 0.5)
+    assert full.tail is None and full.utilization == pytest.approx(10.0, rel=1e-6)
+
+
 def test_least_loaded_router_holds_requests_behind_a_long_prefill_for_the_decode_time() -> None:
     # Prompts of 1,000-3,000 tokens at 1,000 tokens/s: S uniform in [1, 3] s, read at the
     # bucket's midpoints 1.25, 1.75, 2.25, 2.75 s. Against a 0.5 s wait they run over by

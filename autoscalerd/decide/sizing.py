@@ -138,6 +138,48 @@ def predicted_tail(
     return _predicted_at(model, inputs, replicas, inputs.arrival_rate_per_s)
 
 
+@dataclass(frozen=True, slots=True)
+class SteadyQueue:
+    """Conditions 1 and 2 at one rate and count: the wait tail, or None where the prefill
+    engines or the slots cannot keep up (every request waits without bound)."""
+
+    tail: WaitTail | None
+    rho: float | None  # the prefill engines' utilisation; None without a prefill model
+    utilization: float  # the slots'
+    servers: int
+    offered: float  # λ·E[slot time], in slots
+    slot_s: float
+
+
+def steady_queue(
+    model: ReplicaView, lam: float, replicas: int, factor: float, budget_s: float
+) -> SteadyQueue:
+    """The steady formulas' wait tail at arrival rate `lam` over `replicas`, Poisson
+    arrivals and no bursts: the prefill queue's term and the slots' term."""
+    terms: list[tuple[float, float]] = []
+    prefill_wait_s = 0.0
+    rho: float | None = None
+    servers = replicas * model.slots
+    queue = _prefill_queue(model, lam, replicas, factor)
+    if queue is not None:
+        rho, mg1_wait_s, occupied = queue
+        if rho >= 1.0:
+            return SteadyQueue(None, rho, 1.0, servers, math.inf, math.inf)
+        if rho > 0:
+            prefill_wait_s = occupied * mg1_wait_s
+            captured = _captured_share(model, lam, replicas, factor, budget_s)
+            terms.append((occupied * rho * captured, rho / mg1_wait_s))
+    slot_s = (model.slot_time_s + prefill_wait_s) / factor
+    offered = lam * slot_s
+    utilization = offered / servers if servers else 1.0
+    if offered > 0:
+        if offered >= servers:
+            return SteadyQueue(None, rho, utilization, servers, offered, slot_s)
+        beta = (servers - offered) / math.sqrt(offered)
+        terms.append((_halfin_whitt(beta), (servers - offered) / slot_s))
+    return SteadyQueue(WaitTail(tuple(terms)), rho, utilization, servers, offered, slot_s)
+
+
 def _predicted_at(
     model: ReplicaView, inputs: SizingInputs, replicas: int, lam: float
 ) -> tuple[float, float | None, float, bool]:
@@ -145,28 +187,12 @@ def _predicted_at(
     asks at each of its rates, without a copy of the inputs for each)."""
     budget_s = inputs.wait_budget_s
     factor = max(1e-3, inputs.capacity_factor)
-    terms: list[tuple[float, float]] = []
-    prefill_wait_s = 0.0
-    rho: float | None = None
-    queue = _prefill_queue(model, lam, replicas, factor)
-    if queue is not None:
-        rho, mg1_wait_s, occupied = queue
-        if rho >= 1.0:
-            return 1.0, rho, 1.0, False
-        if rho > 0:
-            prefill_wait_s = occupied * mg1_wait_s
-            captured = _captured_share(model, lam, replicas, factor, budget_s)
-            terms.append((occupied * rho * captured, rho / mg1_wait_s))
-    slot_s = (model.slot_time_s + prefill_wait_s) / factor
-    servers = replicas * model.slots
-    offered = lam * slot_s
-    utilization = offered / servers if servers else 1.0
-    if offered > 0:
-        if offered >= servers:
-            return 1.0, rho, utilization, False
-        beta = (servers - offered) / math.sqrt(offered)
-        terms.append((_halfin_whitt(beta), (servers - offered) / slot_s))
-    tail = WaitTail(tuple(terms))
+    steady = steady_queue(model, lam, replicas, factor, budget_s)
+    tail, rho, servers, offered, slot_s = (
+        steady.tail, steady.rho, steady.servers, steady.offered, steady.slot_s
+    )  # fmt: skip
+    if tail is None:
+        return 1.0, rho, steady.utilization, False
     late = _late_share(tail, model, inputs, factor)
     level_per_s = lam if inputs.level_per_s is None else inputs.level_per_s
     # Bursts: one tick's requests at the peak-to-mean ratio, then each clump window's.
@@ -179,7 +205,7 @@ def _predicted_at(
     )
     if inputs.rate_mix:
         late = max(late, _mixture_late(model, inputs, replicas))
-    return late, rho, utilization, fits
+    return late, rho, steady.utilization, fits
 
 
 # Where the mixture stops: the groups left could add at most this share of the target.
