@@ -23,11 +23,12 @@ About 5-10 seconds a one-hour cell on one core (autoscalerd alone, no references
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
+
+# The script's own folder is first on sys.path: the matrix's cells, presets and helpers.
+import backtest_matrix as bm
 
 from autoscalerd.config import DeploymentConfig, load_config
 from autoscalerd.decide import replica_model, sizing
@@ -42,17 +43,6 @@ ROOT = Path(__file__).resolve().parent.parent
 THRESHOLDS_S = (0.001, 0.01, 0.1, 0.3, 0.5, 1.0)
 # Counts run for fewer settled ticks than this are left out: too few waits to read.
 MIN_TICKS = 30
-
-
-def _matrix() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "backtest_matrix", ROOT / "benchmarks" / "backtest_matrix.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["backtest_matrix"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclass
@@ -161,7 +151,6 @@ def main() -> int:
         parser.error(f"--random-models must be ≥ 0, got {args.random_models}")
     if any(t < 0 for t in args.thresholds_s):
         parser.error("--thresholds-s: every threshold must be ≥ 0 seconds")
-    bm = _matrix()
     drawn = bm.random_models(args.random_models, args.seed)
     bm.MODELS.update(drawn)
     presets = list(drawn) or args.presets or list(bm.DEVELOPMENT_PRESETS)

@@ -4,11 +4,10 @@ the cache is keyed on everything the reference runs."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from autoscalerd.config import DeploymentConfig, load_config
 from autoscalerd.sim.backtest import BacktestSettings, run_backtest
 from autoscalerd.sim.traces import TraceWindow
+from tests.helpers import benchmark_module
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "data" / "traces"
@@ -23,19 +23,7 @@ TRACES = ROOT / "data" / "traces"
 WINDOW = TraceWindow(duration_s=600.0)
 
 
-def _matrix() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "backtest_matrix", ROOT / "benchmarks" / "backtest_matrix.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # Registered, so that a pool's process finds its functions by name.
-    sys.modules["backtest_matrix"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bm = _matrix()
+bm = benchmark_module("backtest_matrix")
 
 
 def _cell(preset: str = "8b-1gpu") -> tuple[DeploymentConfig, BacktestSettings]:

@@ -5,21 +5,12 @@ a one-line error and exit code 2."""
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "reactive_frontier.py"
+from tests.helpers import run_benchmark
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_benchmark("reactive_frontier", *args)
 
 
 def test_a_longer_hold_never_costs_less_and_every_row_is_a_share() -> None:

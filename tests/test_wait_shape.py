@@ -5,39 +5,19 @@ exit code 2."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 from autoscalerd.config import load_config
 from autoscalerd.sim.backtest import BacktestSettings, run_backtest
+from tests.helpers import benchmark_module, run_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "wait_shape.py"
-
-
-def _matrix() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "backtest_matrix", ROOT / "benchmarks" / "backtest_matrix.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["backtest_matrix"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_benchmark("wait_shape", *args)
 
 
 def test_the_recorder_changes_no_decision_and_prints_falling_shares() -> None:
@@ -50,7 +30,7 @@ def test_the_recorder_changes_no_decision_and_prints_falling_shares() -> None:
     cost = float(re.search(r": ([\d,]+) replica-seconds", head).group(1).replace(",", ""))  # type: ignore[union-attr]
     attained = float(re.search(r", ([\d.]+) %", head).group(1))  # type: ignore[union-attr]
     # The same cell through the backtest itself, opened as backtest_matrix opens it.
-    bm = _matrix()
+    bm = benchmark_module("backtest_matrix")
     cells = {name: rest for name, *rest in bm.traces(ROOT / "data" / "traces", 6 * 3600.0)}
     path, window, tokens = cells["azure-2023-code"]
     trace = bm.open_cell(path, window, tokens, ROOT / "data" / "traces")
