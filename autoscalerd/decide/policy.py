@@ -245,7 +245,7 @@ def decide(
     # the ratio was measured against when the forecast is lower or absent.
     burst_level_per_s = _max_known(upper_per_s, burst_state.level_per_s)
 
-    def size_for(rate_per_s: float | None) -> sizing.Sizing | None:
+    def size_for(rate_per_s: float | None, near: int | None) -> sizing.Sizing | None:
         if rate_per_s is None:
             return None
         if cfg.capacity.sizing == "utilization":
@@ -266,11 +266,17 @@ def decide(
             clumps=clumps,
             rate_mix=rate_mix,
         )
-        return sizing.size(model, inputs, a.max_replicas)
+        return sizing.size(model, inputs, a.max_replicas, near)
 
-    sized_up = size_for(rate_target)
+    # The search starts from the count running now, and the sustained rate's from the
+    # count the short rate sized (where the answer usually is: it only saves evaluations).
+    sized_up = size_for(rate_target, current)
     # The same rate sizes the same: the forecast's upper bound often sets both.
-    sized_down = sized_up if rate_sustained == rate_target else size_for(rate_sustained)
+    sized_down = (
+        sized_up
+        if rate_sustained == rate_target
+        else size_for(rate_sustained, sized_up.replicas if sized_up else current)
+    )
     replicas_capacity = sized_up.replicas + backlog_replicas if sized_up else None
     replicas_raw = replicas_capacity
     replicas_sustained = sized_down.replicas + backlog_replicas if sized_down else None

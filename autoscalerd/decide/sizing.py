@@ -62,6 +62,7 @@ everything else is the learned model. Pure.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from statistics import NormalDist
@@ -375,36 +376,93 @@ def _late_two_terms(
     return attainable, late
 
 
-def size(model: ReplicaView, inputs: SizingInputs, max_replicas: int) -> Sizing:
-    """The smallest count in [1, max_replicas] meeting every condition; max_replicas if none."""
+def size(
+    model: ReplicaView, inputs: SizingInputs, max_replicas: int, near: int | None = None
+) -> Sizing:
+    """The smallest count in [1, max_replicas] meeting every condition; max_replicas if none.
+
+    The conditions only loosen as replicas are added, so the answer is where they start to
+    hold. `near` (the count the last tick sized, where known) is where the search starts:
+    from one tick to the next the answer moves by a replica or none, and two evaluations
+    settle it (`near` holds, one fewer does not) where a bisection over the whole range
+    takes seven. The answer does not depend on `near`."""
     if inputs.arrival_rate_per_s <= 0:
         return Sizing(0, "idle", 0.0, 0.0 if model.prefill_s is not None else None, 0.0)
 
     steady = replace(inputs, rate_mix=())
+    # predicted_tail at each count asked, where `ok` found it whole (the answer's record).
+    seen: dict[int, tuple[float, float | None, float, bool]] = {}
 
     def ok(replicas: int) -> bool:
         # The mixture only adds to the late share: a count the rest rules out is out.
-        tail, _, _, fits = predicted_tail(model, steady, replicas)
+        tail, rho, utilization, fits = predicted_tail(model, steady, replicas)
         if not (fits and tail <= inputs.tail_share):
             return False
         # predicted_tail with the mix is the larger of this and the mixture's share.
-        return not inputs.rate_mix or _mixture_late(model, inputs, replicas) <= inputs.tail_share
+        if inputs.rate_mix:
+            tail = max(tail, _mixture_late(model, inputs, replicas))
+        seen[replicas] = (tail, rho, utilization, fits)
+        return tail <= inputs.tail_share
 
     high = max(1, max_replicas)
-    if not ok(high):
-        # Beyond the bound: find where it would hold, for the record, within 4x.
-        limit = high
-        while limit < 4 * high and not ok(limit):
-            limit *= 2
-        return _sizing(model, inputs, high, limit)
     low = 1
+    if near is not None and 1 <= near <= high:
+        # Gallop from `near` (steps of 1, 1, 2, 4, ...: the usual move is one replica) to
+        # a bracket [low, high]: `high` holds and every count below `low` does not.
+        if ok(near):
+            high = near
+            for step in _gallop():
+                if high - step < low:
+                    break
+                if not ok(high - step):
+                    low = high - step + 1
+                    break
+                high -= step
+        elif near == high:
+            return _beyond(model, inputs, high, ok, seen)
+        else:
+            low = near + 1
+            for step in _gallop():
+                if low + step - 1 >= high:
+                    if not ok(high):
+                        return _beyond(model, inputs, high, ok, seen)
+                    break
+                if ok(low + step - 1):
+                    high = low + step - 1
+                    break
+                low += step
+    elif not ok(high):
+        return _beyond(model, inputs, high, ok, seen)
     while low < high:
         mid = (low + high) // 2
         if ok(mid):
             high = mid
         else:
             low = mid + 1
-    return _sizing(model, inputs, low, low)
+    return _sizing(model, inputs, low, low, seen.get(low))
+
+
+def _gallop() -> Iterator[int]:
+    yield 1
+    step = 1
+    while True:
+        yield step
+        step *= 2
+
+
+def _beyond(
+    model: ReplicaView,
+    inputs: SizingInputs,
+    high: int,
+    ok: Callable[[int], bool],
+    seen: dict[int, tuple[float, float | None, float, bool]],
+) -> Sizing:
+    """`high` (the bound) when no count within it holds: where it would hold, found for
+    the record within 4x, names the binding condition."""
+    limit = high
+    while limit < 4 * high and not ok(limit):
+        limit *= 2
+    return _sizing(model, inputs, high, limit, seen.get(high))
 
 
 def by_utilization(
@@ -419,8 +477,14 @@ def by_utilization(
     return Sizing(max(0, replicas), "utilization", math.nan, None, utilization)
 
 
-def _sizing(model: ReplicaView, inputs: SizingInputs, replicas: int, probe: int) -> Sizing:
-    tail, rho, utilization, _ = predicted_tail(model, inputs, replicas)
+def _sizing(
+    model: ReplicaView,
+    inputs: SizingInputs,
+    replicas: int,
+    probe: int,
+    known: tuple[float, float | None, float, bool] | None = None,
+) -> Sizing:
+    tail, rho, utilization, _ = known or predicted_tail(model, inputs, replicas)
     return Sizing(
         replicas=replicas,
         binding=_binding(model, inputs, probe),
