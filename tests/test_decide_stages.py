@@ -195,7 +195,7 @@ def test_clumps_are_counted_per_window_and_outlast_a_lull() -> None:
         arrivals = 100.0 if tick % 300 in (1, 2, 3, 4) else 0.0
         state = burstiness.observe(state, arrivals, 1.0, now, 300.0, LEAD_S)
     assert now % 300 == 0  # 296 quiet ticks since the last clump
-    found = dict(burstiness.clumps(state, 0.01, 1.0, now, LEAD_S))
+    found = dict(burstiness.clumps(burstiness.read_clumps(state, now, LEAD_S), 0.01, 1.0))
     # Never below the clumps seen (counts are binned 1.1x apart; the tail extrapolates,
     # and four clumps know its scale only to a factor: up to 2.5x what was seen).
     assert found[1.0] >= 100.0 and found[2.0] >= 200.0 and found[4.0] >= 400.0
@@ -211,7 +211,7 @@ def test_clumps_are_counted_per_window_and_outlast_a_lull() -> None:
         1.0,
         0.5,
         0.01,
-        clumps=burstiness.clumps(state, 0.01, 1.0, now, LEAD_S),
+        clumps=burstiness.clumps(burstiness.read_clumps(state, now, LEAD_S), 0.01, 1.0),
     )
     assert sizing.size(view(), inputs, 64).replicas >= math.ceil(400 * 0.1 / 4.5)
 
@@ -264,9 +264,15 @@ def test_a_recurring_surge_is_held_as_long_as_its_longest_pause() -> None:
     # the episode of 2,700 s for an hour and a half). What stays are the steady traffic's
     # 64 s windows (about 1,363) and those of the crowds' edges in the same count group.
     state = _crowds(burstiness.BurstState(), range(1, 4501), lambda t: t % 1200 < 300 and t > 600)
-    assert dict(burstiness.clumps(state, 0.01, 1.0, 4500.0, 180.0))[64.0] > 10_000
+    assert (
+        dict(burstiness.clumps(burstiness.read_clumps(state, 4500.0, 180.0), 0.01, 1.0))[64.0]
+        > 10_000
+    )
     state = _crowds(state, range(4501, 5801), lambda t: False)
-    assert dict(burstiness.clumps(state, 0.01, 1.0, 5800.0, 180.0))[64.0] < 2_500
+    assert (
+        dict(burstiness.clumps(burstiness.read_clumps(state, 5800.0, 180.0), 0.01, 1.0))[64.0]
+        < 2_500
+    )
 
 
 def test_a_count_group_counts_only_while_every_smaller_one_does() -> None:
@@ -303,25 +309,46 @@ def test_a_one_off_crowd_is_let_go_and_a_recurring_one_held() -> None:
     1,363). A crowd of 60 s every 600 s is held through the lull after its fourth, and a
     crowd of 60 s (shorter than the lead time) seen once is held as long as remembered."""
     once = _crowds(burstiness.BurstState(), range(1, 2701), lambda t: 1800 < t <= 2100)
-    assert dict(burstiness.clumps(once, 0.01, 1.0, 2700.0, 180.0))[64.0] > 10_000
+    assert (
+        dict(burstiness.clumps(burstiness.read_clumps(once, 2700.0, 180.0), 0.01, 1.0))[64.0]
+        > 10_000
+    )
     once = _crowds(once, range(2701, 3901), lambda t: False)
-    found = dict(burstiness.clumps(once, 0.01, 1.0, 3900.0, 180.0))
+    found = dict(burstiness.clumps(burstiness.read_clumps(once, 3900.0, 180.0), 0.01, 1.0))
     assert 1363 <= found[64.0] <= 1.25 * 1363
-    assert max(rate for rate, _ in burstiness.rate_mix(once, 1.0, 3900.0, 180.0)) < 30.0
+    assert (
+        max(
+            rate
+            for rate, _ in burstiness.rate_mix(burstiness.read_clumps(once, 3900.0, 180.0), 1.0)
+        )
+        < 30.0
+    )
     # The decision says so (`surge_released`): the crowd's 16 % of the hour is let go.
-    assert burstiness.released(once, 0.01, 3900.0, 180.0)
+    assert burstiness.released(burstiness.read_clumps(once, 3900.0, 180.0), 0.01)
     # A state saved before the episodes were recorded holds its histograms as before,
     # and from its next tick as one episode over the last hour.
     old = dataclasses.replace(once, episodes=())
-    assert dict(burstiness.clumps(old, 0.01, 1.0, 3900.0, 180.0))[64.0] > 10_000
+    assert (
+        dict(burstiness.clumps(burstiness.read_clumps(old, 3900.0, 180.0), 0.01, 1.0))[64.0]
+        > 10_000
+    )
     old = _crowds(old, range(3901, 3902), lambda t: False)
-    assert dict(burstiness.clumps(old, 0.01, 1.0, 3901.0, 180.0))[64.0] > 10_000
+    assert (
+        dict(burstiness.clumps(burstiness.read_clumps(old, 3901.0, 180.0), 0.01, 1.0))[64.0]
+        > 10_000
+    )
     recurring = _crowds(burstiness.BurstState(), range(1, 3001), lambda t: t % 600 < 60 and t > 600)
-    assert dict(burstiness.clumps(recurring, 0.01, 1.0, 3000.0, 180.0))[64.0] > 10_000
-    assert not burstiness.released(recurring, 0.01, 3000.0, 180.0)
+    assert (
+        dict(burstiness.clumps(burstiness.read_clumps(recurring, 3000.0, 180.0), 0.01, 1.0))[64.0]
+        > 10_000
+    )
+    assert not burstiness.released(burstiness.read_clumps(recurring, 3000.0, 180.0), 0.01)
     short = _crowds(burstiness.BurstState(), range(1, 3901), lambda t: 1800 < t <= 1860)
-    assert dict(burstiness.clumps(short, 0.01, 1.0, 3900.0, 180.0))[64.0] > 10_000
-    assert not burstiness.released(short, 0.01, 3900.0, 180.0)
+    assert (
+        dict(burstiness.clumps(burstiness.read_clumps(short, 3900.0, 180.0), 0.01, 1.0))[64.0]
+        > 10_000
+    )
+    assert not burstiness.released(burstiness.read_clumps(short, 3900.0, 180.0), 0.01)
 
 
 def test_the_rate_mix_reads_each_requests_local_rate_over_eight_seconds() -> None:
@@ -335,7 +362,7 @@ def test_the_rate_mix_reads_each_requests_local_rate_over_eight_seconds() -> Non
         now = float(tick)
         arrivals = 42.0 if tick % 100 == 50 else 2.0
         state = burstiness.observe(state, arrivals, 1.0, now, 300.0, LEAD_S)
-    mix = burstiness.rate_mix(state, 1.0, now, LEAD_S)
+    mix = burstiness.rate_mix(burstiness.read_clumps(state, now, LEAD_S), 1.0)
     assert [rate for rate, _ in mix] == sorted((rate for rate, _ in mix), reverse=True)
     assert sum(share for _, share in mix) == pytest.approx(1.0)
     # (The forgetting weighs recent ticks a little more; count bins are 1.1x wide.)
@@ -344,7 +371,9 @@ def test_the_rate_mix_reads_each_requests_local_rate_over_eight_seconds() -> Non
     assert max(rate for rate, _ in mix) == pytest.approx(56 / 8, rel=0.1)
     low = [rate for rate, share in mix if rate < 4.0 and share > 0.5]
     assert len(low) == 1 and low[0] == pytest.approx(2.0, rel=0.1)
-    assert burstiness.rate_mix(burstiness.BurstState(), 1.0, now, LEAD_S) == ()
+    assert (
+        burstiness.rate_mix(burstiness.read_clumps(burstiness.BurstState(), now, LEAD_S), 1.0) == ()
+    )
 
 
 def test_the_late_share_is_averaged_over_the_local_rate() -> None:
@@ -417,7 +446,7 @@ def test_poisson_clumps_read_close_to_their_quantile() -> None:
     state = burstiness.BurstState()
     for tick in range(1, 1801):
         state = burstiness.observe(state, float(rng.poisson(30)), 1.0, float(tick), 300.0, LEAD_S)
-    found = dict(burstiness.clumps(state, 0.01, 1.0, 1800.0, LEAD_S))
+    found = dict(burstiness.clumps(burstiness.read_clumps(state, 1800.0, LEAD_S), 0.01, 1.0))
     assert 43 <= found[1.0] <= 1.25 * 43
     assert 2022 <= found[64.0] <= 1.1 * 2022
 

@@ -58,9 +58,10 @@ start to miss, E[S](1 + C²)/(2(1 − ρ)²) for ρ 0.6-0.8: a few seconds for s
 prefills (8 s: each second's clump read as a steady rate overstates the waits, a minute
 averages the clumps away; benchmarks/rate_mixture.py measures 2, 8 and 32 s).
 
-Pure: `observe(state, ...) -> state`, `peak_to_mean(state, ...) -> float`,
-`clumps(state, ...) -> ((window_s, requests), ...)`, `rate_mix(state, ...) ->
-((rate_per_s, share), ...)`, `released(state, ...) -> bool`.
+Pure: `observe(state, ...) -> state`, `peak_to_mean(state, ...) -> float`, and of the
+clump histograms as a tick reads them, `read_clumps(state, ...) -> windows`:
+`clumps(windows, ...) -> ((window_s, requests), ...)`, `rate_mix(windows, ...) ->
+((rate_per_s, share), ...)`, `released(windows, ...) -> bool`.
 """
 
 from __future__ import annotations
@@ -267,60 +268,72 @@ def peak_to_mean(
     return 1.0
 
 
+@dataclass(frozen=True, slots=True)
+class ClumpWindow:
+    """One clump window's histogram as a tick reads it (`read_clumps`)."""
+
+    ticks: int  # the window, in ticks
+    remembered: float  # the requests its histogram remembers
+    weights: tuple[float, ...]  # per count bin, the bins of lapsed episodes at zero
+    total: float  # the live weights' sum
+    # The exponential tail's fit to the live weights (`_tail_fit`); None below
+    # MIN_REQUESTS, where the window is not read.
+    fit: tuple[float, float, float, float] | None
+
+
+def read_clumps(state: BurstState, now_s: float, lead_s: float) -> tuple[ClumpWindow, ...]:
+    """The clump histograms at `now_s`, each window's lapsed episodes left out: read once
+    a tick for `clumps`, `released` and `rate_mix`, which each ask of every window."""
+    found: list[ClumpWindow] = []
+    for index, (ticks, sums) in enumerate(zip(CLUMP_TICKS, state.clump_weights, strict=False)):
+        if sums is None:
+            continue
+        remembered = sums.decayed(now_s, MEMORY_S)
+        weights = _live_weights(remembered, _record(state, index), now_s, lead_s)
+        total = sum(weights)
+        fit = _tail_fit(weights, total) if total >= MIN_REQUESTS else None
+        found.append(ClumpWindow(ticks, sum(remembered), weights, total, fit))
+    return tuple(found)
+
+
 def clumps(
-    state: BurstState, share: float, tick_s: float, now_s: float, lead_s: float
+    windows: tuple[ClumpWindow, ...], share: float, tick_s: float
 ) -> tuple[tuple[float, float], ...]:
     """(window_s, requests): per clump window that has seen MIN_REQUESTS in live
     episodes, the requests in a window that all but `share` of those requests arrive in
     one at most as large as."""
-    found: list[tuple[float, float]] = []
-    for index, (ticks, sums) in enumerate(zip(CLUMP_TICKS, state.clump_weights, strict=False)):
-        if sums is None:
-            continue
-        weights = _live_weights(sums.decayed(now_s, MEMORY_S), _record(state, index), now_s, lead_s)
-        total = sum(weights)
-        if total < MIN_REQUESTS:
-            continue
-        found.append((ticks * tick_s, _clump_quantile(weights, share)))
-    return tuple(found)
+    return tuple(
+        (window.ticks * tick_s, _clump_quantile(window.weights, share, window.total, window.fit))
+        for window in windows
+        if window.fit is not None
+    )
 
 
-def released(state: BurstState, share: float, now_s: float, lead_s: float) -> bool:
+def released(windows: tuple[ClumpWindow, ...], share: float) -> bool:
     """Whether a surge let go (`_live`) holds more than `share` of some clump window's
     remembered requests: the clumps read at that share are smaller than the histograms
     alone would say, because the surge is over (the decision's `surge_released`)."""
-    for index, sums in enumerate(state.clump_weights):
-        record = _record(state, index)
-        if sums is None or not record:
-            continue
-        weights = sums.decayed(now_s, MEMORY_S)
-        total = sum(weights)
-        if total >= MIN_REQUESTS:
-            lapsed = total - sum(_live_weights(weights, record, now_s, lead_s))
-            if lapsed > share * total:
-                return True
+    for window in windows:
+        total = window.remembered
+        if total >= MIN_REQUESTS and total - window.total > share * total:
+            return True
     return False
 
 
-def rate_mix(
-    state: BurstState, tick_s: float, now_s: float, lead_s: float
-) -> tuple[tuple[float, float], ...]:
+def rate_mix(windows: tuple[ClumpWindow, ...], tick_s: float) -> tuple[tuple[float, float], ...]:
     """((rate per s, share of requests), ...), highest rate first: the arrival rate over
     the clump window nearest MIXTURE_WINDOW_S as each request arrived, over the last hour
     in live episodes; () until that window has seen MIN_REQUESTS in them."""
-    if tick_s <= 0 or not state.clump_weights:
+    if tick_s <= 0:
         return ()
     index = min(
         range(len(CLUMP_TICKS)),
         key=lambda i: abs(math.log(CLUMP_TICKS[i] * tick_s / MIXTURE_WINDOW_S)),
     )
-    sums = state.clump_weights[index] if index < len(state.clump_weights) else None
-    if sums is None:
+    window = next((w for w in windows if w.ticks == CLUMP_TICKS[index]), None)
+    if window is None or window.total < MIN_REQUESTS:
         return ()
-    weights = _live_weights(sums.decayed(now_s, MEMORY_S), _record(state, index), now_s, lead_s)
-    total = sum(weights)
-    if total < MIN_REQUESTS:
-        return ()
+    weights, total = window.weights, window.total
     window_s = CLUMP_TICKS[index] * tick_s
     groups: dict[int, list[float]] = {}
     for bin_index, weight in enumerate(weights):
@@ -362,7 +375,12 @@ def _count_quantile(weights: tuple[float, ...], allowed: float) -> float:
     return 1.0
 
 
-def _clump_quantile(weights: tuple[float, ...], share: float) -> float:
+def _clump_quantile(
+    weights: tuple[float, ...],
+    share: float,
+    total: float | None = None,
+    fit: tuple[float, float, float, float] | None = None,
+) -> float:
     """The clump with `share` of the weight above it: the histogram's own quantile, or
     where its tail extrapolates to when that is larger.
 
@@ -377,9 +395,22 @@ def _clump_quantile(weights: tuple[float, ...], share: float) -> float:
     known to a factor, and the next clump is sized for what the evidence allows, as the
     calibration counts the misses seen at one sigma. Counts no wider than a few bins
     (Poisson at a busy level) read within a bin of their quantile.
+
+    `total` and `fit` are the weights' sum and `_tail_fit`, where already known.
     """
-    total = sum(weights)
+    if total is None:
+        total = sum(weights)
     plain = _count_quantile(weights, share * total)
+    threshold, over, excess, windows = fit or _tail_fit(weights, total)
+    if over <= 0 or share * total >= over:
+        return plain
+    mean_excess = excess / over * (1.0 + 1.0 / math.sqrt(max(1.0, windows)))
+    return max(plain, threshold + mean_excess * math.log(over / (share * total)))
+
+
+def _tail_fit(weights: tuple[float, ...], total: float) -> tuple[float, float, float, float]:
+    """(u, the weight above u, its excess over u, the windows above u) of
+    `_clump_quantile`'s exponential tail: what it reads of the weights at any share."""
     below = 0.0
     median_bin = 0
     for index, weight in enumerate(weights):
@@ -398,10 +429,7 @@ def _clump_quantile(weights: tuple[float, ...], share: float) -> float:
             middle = _count_middle(index)
             excess += weight * (middle - threshold)
             windows += weight / middle
-    if over <= 0 or share * total >= over:
-        return plain
-    mean_excess = excess / over * (1.0 + 1.0 / math.sqrt(max(1.0, windows)))
-    return max(plain, threshold + mean_excess * math.log(over / (share * total)))
+    return threshold, over, excess, windows
 
 
 def _count_bin(count: float) -> int:

@@ -182,7 +182,8 @@ def decide(
     # its late share over it (sizing._mixture_late). Not carried to the forecast's level:
     # the clumps of on-off traffic do not shrink in a lull, and a rising tide is the
     # steady formulas' at the forecast's rate.
-    rate_mix = burstiness.rate_mix(burst_state, tick_s, now_s, lead_s)
+    clump_windows = burstiness.read_clumps(burst_state, now_s, lead_s)
+    rate_mix = burstiness.rate_mix(clump_windows, tick_s)
 
     if settled and running and r.rate_obs_per_s is not None and cfg.capacity.sizing == "model":
         now_inputs = sizing.SizingInputs(
@@ -194,7 +195,7 @@ def decide(
             capacity_factor,
             level_per_s=burst_state.level_per_s,
             ttft_s=slo.ttft_s,
-            clumps=burstiness.clumps(burst_state, share, tick_s, now_s, lead_s),
+            clumps=burstiness.clumps(clump_windows, share, tick_s),
             rate_mix=rate_mix,
         )
         late, _, _, burst_fits = sizing.predicted_tail(model, now_inputs, int(running))
@@ -225,7 +226,7 @@ def decide(
     peak_to_mean = burstiness.peak_to_mean(
         burst_state, tail_share, rate_target or 0.0, tick_s, now_s
     )
-    clumps = burstiness.clumps(burst_state, tail_share, tick_s, now_s, lead_s)
+    clumps = burstiness.clumps(clump_windows, tail_share, tick_s)
     # The backlog the replicas asked for now must drain: the queue as it will be when they
     # can serve, a lead time from now, while arrivals outrun what runs.
     backlog_replicas = 0
@@ -300,7 +301,7 @@ def decide(
         )
     if sized_up is not None:
         reasons.append(Reason.BURST if sized_up.binding == "burst" else Reason.CAPACITY)
-        if burstiness.released(burst_state, tail_share, now_s, lead_s):
+        if burstiness.released(clump_windows, tail_share):
             reasons.append(Reason.SURGE_RELEASED)
 
     # A model that reality says is too optimistic by more than the calibration's bound is
