@@ -304,10 +304,34 @@ def test_cli_binned_trace_with_tokens_from_a_request_trace(tmp_path: Path) -> No
     ]  # fmt: skip
 
 
+def test_cli_jobs_run_simulations_in_workers_with_the_same_results(tmp_path: Path) -> None:
+    # A counts trace with token lengths drawn from a request trace: the trace, its token
+    # sampler and the config travel to the worker processes, which replay it themselves.
+    outputs = []
+    for jobs in ("1", "2"):
+        out_json = tmp_path / f"jobs{jobs}.json"
+        done = run_cli(
+            "--trace", str(AZURE_2024_COUNTS), "--duration", "10m", "--rate-scale", "0.5",
+            "--tokens-from", str(AZURE_2023), "--policy", "autoscalerd", "hpa",
+            "--jobs", jobs, "--json", str(out_json),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        outputs.append(json.loads(out_json.read_text()))
+    one, two = outputs
+    assert one == two
+    # Frontiers included: one simulation per point, handed out with the policies.
+    assert len(one["static_frontier"]) >= 2 and len(one["oracle_frontier"]) == 12
+    assert [r["policy"] for r in one["results"]] == [
+        "autoscalerd", "hpa", "static-peak", "oracle", WORK_BOUND,
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--trace", "nope.csv"], "nope.csv: no such file"),
+        (["--trace", str(AZURE_2023), "--jobs", "-1"], "--jobs: -1 is negative"),
+        (["--trace", str(AZURE_2023), "--jobs", "many"], "--jobs: 'many' is not a whole"),
         (["--trace", str(AZURE_2023), "--policy", "magic"], "--policy: unknown magic"),
         (["--trace", str(AZURE_2023), "--duration", "soon"], "--duration: 'soon' is not"),
         (["--trace", str(AZURE_2023), "--json", "/no/such/dir/x.json"], "--json: directory"),

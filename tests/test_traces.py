@@ -410,3 +410,35 @@ def test_a_trace_thinned_to_nothing_is_empty_not_a_crash(tmp_path: Path) -> None
     path = write(tmp_path, "two.csv", "timestamp,prompt_tokens,output_tokens\n0,1,1\n0,1,1\n")
     # Seed 1 at scale 0.5 keeps neither request.
     assert len(collect(open_trace(path, window=TraceWindow(rate_scale=0.5, seed=1)).batches())) == 0
+
+
+@pytest.mark.parametrize("kind", ["azure", "mooncake", "counts", "counts-lognormal"])
+def test_an_opened_trace_pickles_and_replays_the_same(kind: str) -> None:
+    # `autoscalerd backtest --jobs N` sends the opened trace to worker processes, which
+    # read the file again themselves: a pickled trace must replay request for request.
+    import pickle
+
+    window = TraceWindow(start_s=120.0, duration_s=900.0, rate_scale=0.7, seed=3)
+    if kind == "azure":
+        trace = open_trace(AZURE_2023, window=window)
+    elif kind == "mooncake":
+        trace = open_trace(
+            ROOT / "data" / "traces" / "mooncake_fast25_synthetic.jsonl", window=window
+        )
+    elif kind == "counts":
+        trace = open_trace(
+            AZURE_2024_COUNTS,
+            window=window,
+            tokens=EmpiricalTokens.from_trace(open_trace(AZURE_2023)),
+        )
+    else:
+        trace = open_trace(
+            AZURE_2024_COUNTS, window=window, tokens=LognormalTokens(2048, 1.0, 28, 2.0)
+        )
+    copy = pickle.loads(pickle.dumps(trace))
+    mine, theirs = collect(trace.batches()), collect(copy.batches())
+    assert len(mine) > 100
+    assert np.array_equal(mine.arrival_s, theirs.arrival_s)
+    assert np.array_equal(mine.prompt_tokens, theirs.prompt_tokens)
+    assert np.array_equal(mine.output_tokens, theirs.output_tokens)
+    assert copy.describe() == trace.describe()

@@ -36,6 +36,7 @@ from autoscalerd.sim.reference import (
     profile,
     work_bound_replica_seconds,
 )
+from autoscalerd.sim.runs import Runs
 from autoscalerd.sim.sensor import SimSensor
 from autoscalerd.sim.traces import RequestBatch, Trace, TraceError
 
@@ -203,12 +204,14 @@ def run_backtest(
     settings: BacktestSettings | None = None,
     on_progress: ProgressCallback | None = None,
     on_policy_start: Callable[[str, int], None] | None = None,
+    jobs: int = 1,
 ) -> BacktestResult:
     """Run `policies` (plus static-peak and the oracle) over `trace`.
 
     `cfg` is autoscalerd's deployment config; its min/max replicas bound every policy.
     `on_policy_start(name, requests)` and `on_progress(name, requests_done)` report
-    progress.
+    progress (with `jobs` > 1, a policy's progress comes when it is done). `jobs` runs that
+    many simulations at once in worker processes (`runs.Runs`); the results are the same.
     """
     settings = settings or BacktestSettings()
     for name in policies:
@@ -238,53 +241,77 @@ def run_backtest(
     )
     ctx = PolicyContext(cfg=cfg, bounds=bounds, initial_replicas=opening, plan=plan)
     names = [n for n in POLICIES if n in policies or n in REFERENCE_POLICIES]
+    look_back_s = cfg.autoscaling.look_back_period_s
+    # Every simulation that depends on no other's result is handed out at once: the
+    # policies, the static counts up to static peak and the oracle at each utilisation.
+    counts = _static_counts(plan.peak, settings) if settings.frontiers else []
+    tasks: list[_Task] = [
+        *(("policy", name) for name in names),
+        *(("static", replicas) for replicas in counts),
+        *(("oracle", u) for u in (settings.oracle_utilizations if settings.frontiers else ())),
+    ]
 
+    def started(task: _Task) -> None:
+        if task[0] == "policy" and on_policy_start is not None:
+            on_policy_start(str(task[1]), demand.requests)
+
+    def finished(task: _Task, outcome: _Outcome) -> None:
+        # In this process the simulation reported its progress as it ran.
+        if task[0] == "policy" and on_progress is not None and jobs > 1:
+            on_progress(str(task[1]), demand.requests)
+
+    shared = _Shared(trace, ctx, demand, settings, look_back_s, on_progress if jobs == 1 else None)
     rows: list[PolicyResult] = []
     series: dict[str, PolicySeries] = {}
     wall_s: dict[str, float] = {}
-    for name in names:
-        if on_policy_start is not None:
-            on_policy_start(name, demand.requests)
-        started = time.perf_counter()
-        row, policy_series = simulate(
-            name, trace, ctx, demand, settings, cfg.autoscaling.look_back_period_s, on_progress
-        )
-        wall_s[name] = time.perf_counter() - started
-        rows.append(row)
-        series[name] = policy_series
+    sampled: dict[int, FrontierPoint] = {}
+    oracles: list[FrontierPoint] = []
+    with Runs(_execute, shared, jobs) as runs:
+        outcomes = runs.map(tasks, started, finished)
+        for (kind, value), (row, policy_series, run_s) in zip(tasks, outcomes, strict=True):
+            if kind == "policy":
+                rows.append(row)
+                if policy_series is not None:
+                    series[row.policy] = policy_series
+                wall_s[row.policy] = run_s
+            elif kind == "static":
+                sampled[int(value)] = _point(row, int(value), None)
+            else:
+                oracles.append(_point(row, None, float(value)))
 
-    work_s = work_bound_replica_seconds(demand, settings.replica)
-    rows.append(
-        PolicyResult(
-            policy=WORK_BOUND,
-            requests=demand.requests,
-            slo_attainment_ttft=None,
-            ttft_p50_s=None,
-            ttft_p99_s=None,
-            e2e_p99_s=None,
-            tpot_p99_s=None,
-            replica_seconds=work_s,
-            gpu_seconds=work_s * settings.replica.gpus_per_replica,
-            cost_vs_oracle=None,
-            cost_vs_static_peak=None,
-            scale_actions=None,
-            max_queue=None,
+        work_s = work_bound_replica_seconds(demand, settings.replica)
+        rows.append(
+            PolicyResult(
+                policy=WORK_BOUND,
+                requests=demand.requests,
+                slo_attainment_ttft=None,
+                ttft_p50_s=None,
+                ttft_p99_s=None,
+                e2e_p99_s=None,
+                tpot_p99_s=None,
+                replica_seconds=work_s,
+                gpu_seconds=work_s * settings.replica.gpus_per_replica,
+                cost_vs_oracle=None,
+                cost_vs_static_peak=None,
+                scale_actions=None,
+                max_queue=None,
+            )
         )
-    )
-    oracle_s = next(r.replica_seconds for r in rows if r.policy == "oracle")
-    static_s = next(r.replica_seconds for r in rows if r.policy == "static-peak")
-    rows = [
-        _with_ratios(row, oracle_s, static_s)
-        for row in sorted(rows, key=lambda r: _order(r.policy))
-    ]
-    static_frontier: tuple[FrontierPoint, ...] = ()
-    oracle_frontier: tuple[FrontierPoint, ...] = ()
-    attainable = attainable_share(trace, settings)
-    if settings.frontiers:
-        static_frontier, oracle_frontier = _frontiers(
-            trace, ctx, demand, settings, bounds, rows, attainable
-        )
-        rows = compare_with_frontiers(rows, static_frontier, oracle_frontier)
+        oracle_s = next(r.replica_seconds for r in rows if r.policy == "oracle")
+        static_s = next(r.replica_seconds for r in rows if r.policy == "static-peak")
+        rows = [
+            _with_ratios(row, oracle_s, static_s)
+            for row in sorted(rows, key=lambda r: _order(r.policy))
+        ]
+        static_frontier: tuple[FrontierPoint, ...] = ()
+        oracle_frontier: tuple[FrontierPoint, ...] = ()
+        attainable = attainable_share(trace, settings)
+        if settings.frontiers:
+            static_frontier = _complete_statics(
+                runs, ctx, demand, bounds, rows, sampled, counts, attainable
+            )
+            oracle_frontier = tuple(oracles)
+            rows = compare_with_frontiers(rows, static_frontier, oracle_frontier)
     return BacktestResult(
         trace=trace.describe(),
         settings=settings,
@@ -296,6 +323,78 @@ def run_backtest(
         attainable_ttft=attainable,
         static_frontier=static_frontier,
         oracle_frontier=oracle_frontier,
+    )
+
+
+# A simulation of the backtest: a policy by name, a static count, or the oracle's plan at
+# a utilisation target.
+_Task = tuple[str, str | int | float]
+# What one returns: its row, the policy's time series (policies only), its wall seconds.
+_Outcome = tuple["PolicyResult", "PolicySeries | None", float]
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """What every simulation of one backtest reads: sent once to each worker process."""
+
+    trace: Trace
+    ctx: PolicyContext
+    demand: DemandProfile
+    settings: BacktestSettings
+    look_back_s: float
+    on_progress: ProgressCallback | None = None  # in this process only
+
+
+def _execute(shared: _Shared, task: _Task) -> _Outcome:
+    """One simulation (`runs.Runs` calls it here or in a worker)."""
+    kind, value = task
+    started = time.perf_counter()
+    series: PolicySeries | None = None
+    if kind == "policy":
+        row, series = simulate(
+            str(value),
+            shared.trace,
+            shared.ctx,
+            shared.demand,
+            shared.settings,
+            shared.look_back_s,
+            shared.on_progress,
+        )
+    elif kind == "static":
+        replicas = int(value)
+        row, _ = simulate_policy(
+            StaticPolicy(f"static-{replicas}", replicas),
+            replicas,
+            shared.trace,
+            shared.demand,
+            shared.settings,
+            shared.look_back_s,
+        )
+    else:
+        ctx, settings = shared.ctx, shared.settings
+        plan = oracle_plan(
+            shared.demand,
+            settings.replica,
+            float(value),
+            settings.replica.cold_start_s,
+            ctx.bounds.min_replicas,
+            ctx.bounds.max_replicas,
+        )
+        row, _ = simulate_policy(
+            OraclePolicy(plan),
+            plan.target_at(0.0),
+            shared.trace,
+            shared.demand,
+            settings,
+            shared.look_back_s,
+        )
+    return row, series, time.perf_counter() - started
+
+
+def _point(row: PolicyResult, replicas: int | None, utilization: float | None) -> FrontierPoint:
+    label = f"static-{replicas}" if replicas is not None else f"oracle@{utilization:g}"
+    return FrontierPoint(
+        label, replicas, utilization, row.slo_attainment_ttft or 0.0, row.replica_seconds
     )
 
 
@@ -375,38 +474,41 @@ def attainable_share(trace: Trace, settings: BacktestSettings) -> float | None:
     return met / total if total else None
 
 
-def _frontiers(
-    trace: Trace,
-    ctx: PolicyContext,
-    demand: DemandProfile,
-    settings: BacktestSettings,
-    bounds: Bounds,
-    rows: Sequence[PolicyResult] = (),
-    attainable: float | None = None,
-) -> tuple[tuple[FrontierPoint, ...], tuple[FrontierPoint, ...]]:
-    """The static frontier and the oracle frontier.
-
-    Static: every count from 1 to static peak (a dense subset when there are many); where
-    static peak misses the SLO's attainment target on the attainable share, higher counts
-    down to the smallest that meets it (doubling, then bisection: static peak is sized for
-    the busiest oracle bucket's mean rate, far below what a fixed count needs to hold the
-    SLO on bursty traffic); and per policy the largest count costing no more than it
-    (the static point that would dominate it if any does). Oracle: the clairvoyant plan at
-    each utilisation target."""
-    peak = max(1, ctx.plan.peak)
-    counts = sorted(
+def _static_counts(peak: int, settings: BacktestSettings) -> list[int]:
+    """The static frontier's first counts: every count from 1 to static peak, or a dense
+    geometric subset of `settings.static_points` when there are more."""
+    peak = max(1, peak)
+    return sorted(
         {
             max(1, round(peak ** (i / max(1, settings.static_points - 1))))
             for i in range(settings.static_points)
         }
         | ({*range(1, peak + 1)} if peak <= settings.static_points else set())
     )
-    look_back_s = ctx.cfg.autoscaling.look_back_period_s
+
+
+def _complete_statics(
+    runs: Runs[_Shared, _Task, _Outcome],
+    ctx: PolicyContext,
+    demand: DemandProfile,
+    bounds: Bounds,
+    rows: Sequence[PolicyResult],
+    sampled: dict[int, FrontierPoint],
+    counts: list[int],
+    attainable: float | None,
+) -> tuple[FrontierPoint, ...]:
+    """The static frontier, from the points of `counts` in `sampled`.
+
+    Where static peak misses the SLO's attainment target on the attainable share, higher
+    counts down to the smallest that meets it (doubling, then bisection: static peak is
+    sized for the busiest oracle bucket's mean rate, far below what a fixed count needs to
+    hold the SLO on bursty traffic); and per policy the largest count costing no more than
+    it (the static point that would dominate it if any does). Each depends on the one
+    before, so they run one at a time."""
 
     def static(replicas: int) -> FrontierPoint:
-        return _static_point(replicas, trace, demand, settings, look_back_s)
-
-    sampled = {replicas: static(replicas) for replicas in counts}
+        row, _, _ = runs.map([("static", replicas)])[0]
+        return _point(row, replicas, None)
 
     def meets(replicas: int) -> bool:
         if replicas not in sampled:
@@ -424,30 +526,7 @@ def _frontiers(
             probe = (failing + meeting) // 2
             failing, meeting = (failing, probe) if meets(probe) else (probe, meeting)
     _add_points_below(rows, sampled, static, bounds.max_replicas, demand.duration_s)
-    statics = [sampled[replicas] for replicas in sorted(sampled)]
-    oracles = []
-    for utilization in settings.oracle_utilizations:
-        plan = oracle_plan(
-            demand,
-            settings.replica,
-            utilization,
-            settings.replica.cold_start_s,
-            bounds.min_replicas,
-            bounds.max_replicas,
-        )
-        row, _ = simulate_policy(
-            OraclePolicy(plan), plan.target_at(0.0), trace, demand, settings, look_back_s
-        )
-        oracles.append(
-            FrontierPoint(
-                f"oracle@{utilization:g}",
-                None,
-                utilization,
-                row.slo_attainment_ttft or 0.0,
-                row.replica_seconds,
-            )
-        )
-    return tuple(statics), tuple(oracles)
+    return tuple(sampled[replicas] for replicas in sorted(sampled))
 
 
 def _static_point(

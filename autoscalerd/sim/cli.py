@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import cast
@@ -109,6 +110,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     policy.add_argument(
         "--deployment", metavar="NAME", help="deployment in --config (default: the first listed)"
+    )
+    policy.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=1,
+        metavar="N",
+        help="run N simulations at once, in worker processes (default 1; the results are "
+        "the same; 0: one per CPU this process may use)",
     )
 
     model = parser.add_argument_group(
@@ -263,6 +272,7 @@ def _run(args: argparse.Namespace) -> int:
             settings,
             on_progress=progress.update,
             on_policy_start=progress.start,
+            jobs=args.jobs,
         )
     report.print_table(result, Console(soft_wrap=False, width=160))
     if args.json == "-":
@@ -367,6 +377,24 @@ def _check_writable(path: str | None, option: str) -> None:
     parent = Path(path).resolve().parent
     if not parent.is_dir():
         raise UsageError(f"{option}: directory {parent} does not exist; create it or pick another")
+
+
+def _jobs(text: str) -> int:
+    try:
+        jobs = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number; pass the simulations to run at once"
+        ) from None
+    if jobs < 0:
+        raise argparse.ArgumentTypeError(f"{jobs} is negative; pass 1 or more, or 0 for all CPUs")
+    if jobs == 0:
+        return (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1
+        )
+    return jobs
 
 
 def _positive_float(text: str) -> float:

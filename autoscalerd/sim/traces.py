@@ -365,7 +365,33 @@ def _open_csv(path: Path, header: str, fmt: TraceFormat, window: TraceWindow) ->
     # Azure's TIMESTAMP and ISO datetimes are absolute; plain seconds are relative.
     origin_epoch_s = origin if as_datetime else None
 
-    def rows() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    return Trace(
+        path=path,
+        format=fmt,
+        window=window,
+        origin_epoch_s=origin_epoch_s,
+        bin_s=None,
+        tokens="from the trace",
+        _batches=_CsvBatches(path, columns, origin, as_datetime, window),
+    )
+
+
+@dataclass(frozen=True)
+class _CsvBatches:
+    """A request-level CSV's window, read again on every call. A value, not a closure, so
+    that a Trace pickles (the backtest's worker processes open it themselves)."""
+
+    path: Path
+    columns: tuple[str, str, str]
+    origin: float
+    as_datetime: bool
+    window: TraceWindow
+
+    def __call__(self) -> Iterator[RequestBatch]:
+        return _cut_and_scale(self.path, self._rows(), self.window)
+
+    def _rows(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        path = self.path
         # All columns, not usecols: pandas then reports rows with extra fields.
         with _csv_errors(path):
             reader = pd.read_csv(path, chunksize=_ROWS_PER_CHUNK, **_CSV_OPTIONS)
@@ -376,18 +402,10 @@ def _open_csv(path: Path, header: str, fmt: TraceFormat, window: TraceWindow) ->
                     frame = next(reader, None)
                 if frame is None:
                     return
-                yield _parse_csv_chunk(path, frame, first_line, columns, origin, as_datetime)
+                yield _parse_csv_chunk(
+                    path, frame, first_line, self.columns, self.origin, self.as_datetime
+                )
                 first_line += len(frame)
-
-    return Trace(
-        path=path,
-        format=fmt,
-        window=window,
-        origin_epoch_s=origin_epoch_s,
-        bin_s=None,
-        tokens="from the trace",
-        _batches=lambda: _cut_and_scale(path, rows(), window),
-    )
 
 
 # How every CSV is read: text cells, nothing turned into NaN behind our back, blank lines
@@ -551,36 +569,6 @@ def _token_column(path: Path, cells: pd.Series, column: str, lines: np.ndarray) 
 
 
 def _open_mooncake(path: Path, window: TraceWindow) -> Trace:
-    def rows() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        times: list[float] = []
-        prompts: list[int] = []
-        outputs: list[int] = []
-        lines: list[int] = []
-        # Bytes, decoded per line, so that bad encoding is reported with its line number.
-        with path.open("rb") as handle:
-            for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_CHARS + 1), b""), 1):
-                if len(raw) > MAX_LINE_CHARS:
-                    raise TraceError(
-                        f"{path}: line {number}: longer than {MAX_LINE_CHARS} bytes; "
-                        "one JSON object per line"
-                    )
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise TraceError(f"{path}: line {number}: not UTF-8 text") from None
-                if not text.strip():
-                    continue
-                times_ms, prompt, output = _mooncake_row(path, number, text)
-                times.append(times_ms / 1000.0)
-                prompts.append(prompt)
-                outputs.append(output)
-                lines.append(number)
-                if len(times) >= _ROWS_PER_CHUNK:
-                    yield _arrays(times, prompts, outputs, lines)
-                    times, prompts, outputs, lines = [], [], [], []
-        if times:
-            yield _arrays(times, prompts, outputs, lines)
-
     # Mooncake timestamps are milliseconds from the trace's own start.
     return Trace(
         path=path,
@@ -589,8 +577,52 @@ def _open_mooncake(path: Path, window: TraceWindow) -> Trace:
         origin_epoch_s=None,
         bin_s=None,
         tokens="from the trace",
-        _batches=lambda: _cut_and_scale(path, _relative_to_first(rows()), window),
+        _batches=_MooncakeBatches(path, window),
     )
+
+
+@dataclass(frozen=True)
+class _MooncakeBatches:
+    """A Mooncake JSONL trace's window, read again on every call (a value: it pickles)."""
+
+    path: Path
+    window: TraceWindow
+
+    def __call__(self) -> Iterator[RequestBatch]:
+        return _cut_and_scale(self.path, _relative_to_first(_mooncake_rows(self.path)), self.window)
+
+
+def _mooncake_rows(
+    path: Path,
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    times: list[float] = []
+    prompts: list[int] = []
+    outputs: list[int] = []
+    lines: list[int] = []
+    # Bytes, decoded per line, so that bad encoding is reported with its line number.
+    with path.open("rb") as handle:
+        for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_CHARS + 1), b""), 1):
+            if len(raw) > MAX_LINE_CHARS:
+                raise TraceError(
+                    f"{path}: line {number}: longer than {MAX_LINE_CHARS} bytes; "
+                    "one JSON object per line"
+                )
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TraceError(f"{path}: line {number}: not UTF-8 text") from None
+            if not text.strip():
+                continue
+            times_ms, prompt, output = _mooncake_row(path, number, text)
+            times.append(times_ms / 1000.0)
+            prompts.append(prompt)
+            outputs.append(output)
+            lines.append(number)
+            if len(times) >= _ROWS_PER_CHUNK:
+                yield _arrays(times, prompts, outputs, lines)
+                times, prompts, outputs, lines = [], [], [], []
+    if times:
+        yield _arrays(times, prompts, outputs, lines)
 
 
 # Mooncake timestamps are milliseconds.
@@ -829,8 +861,23 @@ def _open_counts(path: Path, header: str, window: TraceWindow, tokens: TokenSamp
         origin_epoch_s=origin_epoch_s,
         bin_s=bins.bin_s,
         tokens=tokens.describe(),
-        _batches=lambda: _draw_arrivals(bins, first, last, window, tokens),
+        _batches=_CountBatches(bins, first, last, window, tokens),
     )
+
+
+@dataclass(frozen=True)
+class _CountBatches:
+    """A counts file's window, its arrivals drawn again (the same) on every call (a
+    value: it pickles)."""
+
+    bins: Bins
+    first: int
+    last: int
+    window: TraceWindow
+    tokens: TokenSampler
+
+    def __call__(self) -> Iterator[RequestBatch]:
+        return _draw_arrivals(self.bins, self.first, self.last, self.window, self.tokens)
 
 
 def read_bins(path: Path, header: str | None = None) -> tuple[Bins, float | None]:
