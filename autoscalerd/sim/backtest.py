@@ -545,9 +545,7 @@ def _static_point(
         settings,
         look_back_s,
     )
-    return FrontierPoint(
-        f"static-{replicas}", replicas, None, row.slo_attainment_ttft or 0.0, row.replica_seconds
-    )
+    return _point(row, replicas, None)
 
 
 def _add_points_below(
