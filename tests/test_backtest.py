@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
@@ -324,6 +325,55 @@ def test_cli_jobs_run_simulations_in_workers_with_the_same_results(tmp_path: Pat
     assert [r["policy"] for r in one["results"]] == [
         "autoscalerd", "hpa", "static-peak", "oracle", WORK_BOUND,
     ]  # fmt: skip
+
+
+def _spawned_workers(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        # The parent pid is the field after the command's closing parenthesis and state.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"spawn_main" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def test_cli_a_worker_killed_mid_run_is_one_line_and_exit_1() -> None:
+    import signal
+
+    process = subprocess.Popen(
+        [
+            str(AUTOSCALERD), "backtest", "--trace", str(AZURE_2024_COUNTS), "--duration", "12h",
+            "--tokens-from", str(AZURE_2023), "--policy", "all", "--jobs", "2", "--no-progress",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60.0
+        workers: list[int] = []
+        while len(workers) < 2 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.2)
+            workers = _spawned_workers(process.pid)
+        assert len(workers) == 2, "the backtest never had its two workers"
+        time.sleep(1.0)  # into the simulations
+        os.kill(workers[0], signal.SIGKILL)
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 1, err
+    assert err.strip() == (
+        "autoscalerd: backtest: a worker process of --jobs 2 ended abruptly (out of "
+        "memory?); run again with fewer --jobs"
+    )
+    # No worker outlives the command.
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import os
 import sys
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import cast
 
@@ -39,7 +40,7 @@ from autoscalerd.sim.traces import (
     parse_duration_s,
 )
 
-EXIT_OK, EXIT_USAGE = 0, 2
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 # The backtest's own autoscalerd config, shipped with the project.
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "config" / "backtest.yaml"
 
@@ -214,6 +215,13 @@ def run(args: argparse.Namespace) -> int:
         for line in exc.problems:
             print(f"autoscalerd: backtest: {line}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenProcessPool:
+        print(
+            f"autoscalerd: backtest: a worker process of --jobs {args.jobs} ended abruptly "
+            "(out of memory?); run again with fewer --jobs",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
 
 
 def _run(args: argparse.Namespace) -> int:
